@@ -1,0 +1,217 @@
+"""The shared vocabulary: problems, candidates, measurements, devices.
+
+Everything here is a frozen value with a ``to_dict``/``from_dict`` pair so it can cross the
+HTTP boundary between the service and the workers as plain JSON. Nothing here imports torch or
+triton: the service runs on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+#: Element sizes in bytes of the dtypes a problem may name.
+DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8_e4m3": 1}
+LAYOUTS = ("row", "col")
+#: The GPU model name a worker without a GPU reports; its results never mix with GPU results.
+INTERPRETER_GPU = "cpu-interpreter"
+
+
+class Status(StrEnum):
+    """How one candidate's run ended. A bad configuration is data, not an exception."""
+
+    OK = "ok"
+    INVALID = "invalid"
+    COMPILE_ERROR = "compile_error"
+    LAUNCH_ERROR = "launch_error"
+    WRONG_RESULT = "wrong_result"
+    TIMEOUT = "timeout"
+    OOM = "oom"
+    CRASHED = "crashed"
+    UNSUPPORTED = "unsupported"
+
+
+class Backend(StrEnum):
+    CUBLAS = "cublas"
+    TRITON = "triton"
+
+
+class ProblemError(ValueError):
+    """A problem that breaks a rule; ``field`` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """``C[batch, m, n] = A[batch, m, k] @ B[batch, k, n]``.
+
+    ``dtype`` is the dtype of A and B; ``out_dtype`` of C (defaults to ``dtype``, bf16 for fp8);
+    accumulation is in ``acc_dtype``. Layouts say how A and B are stored: ``row`` is row-major
+    (the last index is contiguous), ``col`` column-major.
+    """
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    dtype: str = "bf16"
+    out_dtype: str | None = None
+    acc_dtype: str = "fp32"
+    layout_a: str = "row"
+    layout_b: str = "row"
+    kind: str = field(default="gemm", init=False)
+
+    def __post_init__(self) -> None:
+        for name in ("m", "n", "k", "batch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ProblemError(name, f"must be an integer, got {value!r}")
+            if value <= 0:
+                raise ProblemError(name, f"must be a positive integer, got {value}")
+        for name in ("dtype", "acc_dtype"):
+            if getattr(self, name) not in DTYPE_BYTES:
+                raise ProblemError(name, f"unknown dtype {getattr(self, name)!r}; one of "
+                                   f"{sorted(DTYPE_BYTES)}")
+        if self.out_dtype is None:
+            object.__setattr__(self, "out_dtype", "bf16" if self.dtype == "fp8_e4m3"
+                               else self.dtype)
+        if self.out_dtype not in DTYPE_BYTES or self.out_dtype == "fp8_e4m3":
+            raise ProblemError("out_dtype", f"must be one of bf16, fp16, fp32, got "
+                               f"{self.out_dtype!r}")
+        if self.acc_dtype != "fp32":
+            raise ProblemError("acc_dtype", "only fp32 accumulation is supported")
+        for name in ("layout_a", "layout_b"):
+            if getattr(self, name) not in LAYOUTS:
+                raise ProblemError(name, f"must be 'row' or 'col', got {getattr(self, name)!r}")
+
+    # -- identity -----------------------------------------------------------------------------
+    def key(self) -> str:
+        """Canonical key: two requests for the same problem get the same key."""
+        return (f"gemm:b{self.batch}:m{self.m}:n{self.n}:k{self.k}:{self.dtype}:"
+                f"{self.out_dtype}:{self.acc_dtype}:{self.layout_a[0]}{self.layout_b[0]}")
+
+    def describe(self) -> str:
+        batch = f"{self.batch}x" if self.batch > 1 else ""
+        return f"{batch}{self.m}x{self.n}x{self.k} {self.dtype}"
+
+    # -- roofline inputs ----------------------------------------------------------------------
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.n * self.k
+
+    @property
+    def min_bytes(self) -> int:
+        """Each input read once, the output written once."""
+        e_in = DTYPE_BYTES[self.dtype]
+        e_out = DTYPE_BYTES[self.out_dtype or self.dtype]
+        return self.batch * ((self.m * self.k + self.k * self.n) * e_in + self.m * self.n * e_out)
+
+    def tflops(self, median_us: float) -> float:
+        return self.flops / (median_us * 1e-6) / 1e12
+
+    # -- wire format --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GemmProblem:
+        data = {k: v for k, v in data.items() if k != "kind" and v is not None}
+        return cls(**data)
+
+
+def config_key(config: dict[str, Any]) -> str:
+    """Canonical text of a configuration: equal configs, equal keys."""
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One thing to measure: a backend and its configuration for a problem."""
+
+    problem: GemmProblem
+    backend: str
+    config: dict[str, Any] = field(default_factory=dict, hash=False)
+    id: int | None = None
+
+    @property
+    def config_key(self) -> str:
+        return config_key(self.config)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "problem": self.problem.to_dict(), "backend": self.backend,
+                "config": dict(self.config)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Candidate:
+        return cls(problem=GemmProblem.from_dict(data["problem"]), backend=data["backend"],
+                   config=dict(data.get("config") or {}), id=data.get("id"))
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The outcome of running one candidate: a status, and timings when it is ``ok``.
+
+    Times are in microseconds (median and the 20th/80th percentiles over ``reps`` timed runs).
+    ``max_rel_error`` is ‖out − ref‖ / ‖ref‖ against a high-precision reference.
+    """
+
+    status: Status
+    median_us: float | None = None
+    p20_us: float | None = None
+    p80_us: float | None = None
+    reps: int = 0
+    rel_error: float | None = None
+    compile_s: float | None = None
+    bench_s: float | None = None
+    error: str | None = None
+    env: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.OK and self.median_us is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["status"] = str(self.status)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        data = dict(data)
+        data["status"] = Status(data["status"])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Device:
+    """What a worker reports about its accelerator; ``gpu_model`` groups comparable devices."""
+
+    gpu_model: str
+    mode: str  # "cuda" or "interpreter"
+    sm_count: int = 0
+    cc: str = ""
+    smem_per_block: int = 0  # bytes a block may use (opt-in limit)
+    memory_bytes: int = 0
+    driver: str = ""
+    cuda: str = ""
+    torch: str = ""
+    triton: str = ""
+    backends: tuple[str, ...] = (Backend.CUBLAS.value, Backend.TRITON.value)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["backends"] = list(self.backends)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Device:
+        data = dict(data)
+        if "backends" in data:
+            data["backends"] = tuple(data["backends"])
+        return cls(**data)
