@@ -37,7 +37,7 @@ def smem_bytes(problem: GemmProblem, config: dict[str, Any]) -> int:
 
 
 def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimits) -> list[str]:
-    """Every rule ``config`` breaks for ``problem`` on a device with ``limits`` (empty: feasible)."""
+    """Every rule ``config`` breaks for ``problem`` under ``limits`` (empty: feasible)."""
     out: list[str] = []
     for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps"):
         if not _pow2(int(config[name])):

@@ -27,13 +27,21 @@ class Choice:
     values: tuple[int, ...]
 
 
+def _up_to(values: tuple[int, ...], size: int) -> tuple[int, ...]:
+    """The values no larger than ``size`` rounded up to a power of two (at least the smallest):
+    a tile twice the problem's extent would only compute padding."""
+    bound = 1 << max(0, size - 1).bit_length()
+    return tuple(v for v in values if v <= bound) or values[:1]
+
+
 def space(problem: GemmProblem) -> tuple[Choice, ...]:
-    """The dimensions for ``problem``. Split-K is offered only where K is long enough to split."""
+    """The dimensions for ``problem``: tiles no larger than the problem, split-K only where K is
+    long enough to split."""
     split_k = tuple(s for s in (1, 2, 4, 8, 16, 32, 64, 128) if s == 1 or problem.k // s >= 256)
     return (
-        Choice("BLOCK_M", (16, 32, 64, 128, 256)),
-        Choice("BLOCK_N", (32, 64, 128, 256)),
-        Choice("BLOCK_K", (32, 64, 128, 256)),
+        Choice("BLOCK_M", _up_to((16, 32, 64, 128, 256), problem.m)),
+        Choice("BLOCK_N", _up_to((32, 64, 128, 256), problem.n)),
+        Choice("BLOCK_K", _up_to((32, 64, 128, 256), problem.k)),
         Choice("GROUP_M", (1, 4, 8, 16)),
         Choice("SPLIT_K", split_k),
         Choice("num_warps", (2, 4, 8)),

@@ -1,0 +1,163 @@
+"""Optuna ask/tell over the Triton GEMM space, one persisted study per (problem, GPU model).
+
+The study lives in Optuna's RDB storage in the service's own database, so it survives a restart
+of the service and every job for the same shape and GPU model continues the same study. The
+service calls :meth:`GemmTuner.propose` when it needs candidates and :meth:`GemmTuner.record`
+when a measurement comes back; nothing here touches a GPU.
+
+Failed and infeasible configurations are told to Optuna as *infeasible* trials (a constraint
+value > 0 with a penalty objective) rather than as failed trials, so the sampler learns to
+avoid those regions instead of proposing them again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from search.constraints import DeviceLimits, violations
+from search.spaces import triton_gemm
+from search.types import GemmProblem, Measurement, config_key
+
+__all__ = ["GemmTuner", "Proposal", "study_name"]
+
+#: Objective given to infeasible or failed configurations; the constraint keeps them ranked
+#: below every feasible one whatever this value is.
+PENALTY_US = 1e9
+#: Optuna's key for a named constraint (``Trial.set_constraint``); > 0 means infeasible.
+_VIOLATION = "constraints:violation"
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+_storages: dict[str, optuna.storages.RDBStorage] = {}
+_storages_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A configuration to measure, and the Optuna trial its result must be told to."""
+
+    trial_number: int
+    config: dict[str, Any]
+
+
+def study_name(problem: GemmProblem, gpu_model: str) -> str:
+    return f"triton-gemm|{problem.key()}|{gpu_model}"
+
+
+def storage_for(url: str) -> optuna.storages.RDBStorage:
+    """One RDB storage per database URL and process (creating one checks the schema)."""
+    with _storages_lock:
+        if url not in _storages:
+            kwargs: dict[str, Any] = {"pool_pre_ping": True}
+            if url.startswith("sqlite"):
+                kwargs = {"connect_args": {"timeout": 30}}
+            _storages[url] = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        return _storages[url]
+
+
+class GemmTuner:
+    """Proposes Triton GEMM configurations for one problem on one GPU model."""
+
+    def __init__(self, storage_url: str, problem: GemmProblem, gpu_model: str,
+                 limits: DeviceLimits, seed: int = 0) -> None:
+        self.problem = problem
+        self.limits = limits
+        self.exhausted = False
+        self._space = triton_gemm.space(problem)
+        self._dists = {c.name: CategoricalDistribution(list(c.values)) for c in self._space}
+        storage = storage_for(storage_url)
+        name = study_name(problem, gpu_model)
+        self._study = optuna.create_study(storage=storage, study_name=name,
+                                          direction="minimize", load_if_exists=True)
+        n_trials = len(self._study.get_trials(deepcopy=False))
+        # A fresh sampler per call: reseed from the study's length, so that two calls do not
+        # replay one random stream (the sampler itself keeps no state worth persisting).
+        digest = hashlib.sha256(f"{seed}:{name}:{n_trials}".encode()).digest()
+        self._study.sampler = optuna.samplers.TPESampler(
+            seed=int.from_bytes(digest[:4], "little"), multivariate=True, constant_liar=True,
+            n_startup_trials=10)
+        if n_trials == 0:
+            for config in triton_gemm.seeds(problem):
+                self._study.enqueue_trial(config, skip_if_exists=True)
+
+    @property
+    def study(self) -> optuna.Study:
+        return self._study
+
+    def propose(self, n: int, known: Callable[[dict[str, Any]], Measurement | None]
+                ) -> list[Proposal]:
+        """Up to ``n`` configurations never measured for this problem and GPU model.
+
+        Infeasible configurations and ones ``known`` already has a measurement for are told to
+        the study at once and not returned. Fewer than ``n`` come back only when many asks in a
+        row found nothing new: then :attr:`exhausted` is set.
+        """
+        if n <= 0:
+            return []
+        in_flight = {config_key(t.params) for t in
+                     self._study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+        out: list[Proposal] = []
+        misses, max_misses = 0, 200
+        while len(out) < n and misses < max_misses:
+            trial = self._study.ask(self._dists)
+            config = {name: trial.params[name] for name in triton_gemm.PARAMS}
+            key = config_key(config)
+            reasons = violations(self.problem, config, self.limits)
+            if reasons:
+                trial.set_constraint("violation", 1.0)
+                trial.set_user_attr("invalid", "; ".join(reasons))
+                self._study.tell(trial, PENALTY_US)
+                misses += 1
+                continue
+            if key in in_flight:
+                # Proposed again while its first trial still waits for a result.
+                self._study.tell(trial, state=TrialState.PRUNED)
+                misses += 1
+                continue
+            previous = known(config)
+            if previous is not None:
+                self._tell(trial.number, previous, reused=True)
+                misses += 1
+                continue
+            in_flight.add(key)
+            out.append(Proposal(trial.number, config))
+            misses = 0
+        self.exhausted = len(out) < n
+        return out
+
+    def record(self, trial_number: int, measurement: Measurement) -> None:
+        """Tell the study how a proposed configuration did (idempotent)."""
+        trial = self._study.get_trials(deepcopy=False)[trial_number]
+        if trial.state != TrialState.RUNNING:
+            return
+        self._tell(trial_number, measurement, reused=False)
+
+    def best(self) -> tuple[dict[str, Any], float] | None:
+        feasible = [t for t in self._study.get_trials(deepcopy=False,
+                                                      states=(TrialState.COMPLETE,))
+                    if not t.system_attrs.get(_VIOLATION) and t.value is not None]
+        if not feasible:
+            return None
+        top = min(feasible, key=lambda t: t.value)
+        return dict(top.params), float(top.value)
+
+    def _tell(self, trial_number: int, m: Measurement, *, reused: bool) -> None:
+        storage = self._study._storage
+        trial_id = storage.get_trial_id_from_study_id_trial_number(self._study._study_id,
+                                                                   trial_number)
+        storage.set_trial_user_attr(trial_id, "status", str(m.status))
+        if reused:
+            storage.set_trial_user_attr(trial_id, "reused", True)
+        if m.ok:
+            storage.set_trial_system_attr(trial_id, _VIOLATION, 0.0)
+            self._study.tell(trial_number, float(m.median_us))
+        else:
+            storage.set_trial_system_attr(trial_id, _VIOLATION, 1.0)
+            self._study.tell(trial_number, PENALTY_US)
