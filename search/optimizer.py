@@ -26,7 +26,7 @@ from search.constraints import DeviceLimits, violations
 from search.spaces import triton_gemm
 from search.types import GemmProblem, Measurement, config_key
 
-__all__ = ["GemmTuner", "Proposal", "study_name"]
+__all__ = ["GemmTuner", "Proposal", "close_storages", "study_name"]
 
 #: Objective given to infeasible or failed configurations; the constraint keeps them ranked
 #: below every feasible one whatever this value is.
@@ -60,6 +60,15 @@ def storage_for(url: str) -> optuna.storages.RDBStorage:
                 kwargs = {"connect_args": {"timeout": 30}}
             _storages[url] = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
         return _storages[url]
+
+
+def close_storages() -> None:
+    """Dispose of the cached storages' connection pools (tests, shutdown)."""
+    with _storages_lock:
+        for storage in _storages.values():
+            storage.remove_session()
+            storage.engine.dispose()
+        _storages.clear()
 
 
 class GemmTuner:
@@ -138,6 +147,13 @@ class GemmTuner:
         if trial.state != TrialState.RUNNING:
             return
         self._tell(trial_number, measurement, reused=False)
+
+    def abandon(self, trial_number: int) -> None:
+        """Forget a proposal that will never be measured (its job was cancelled or ran out of
+        time): the configuration may be proposed again later."""
+        trial = self._study.get_trials(deepcopy=False)[trial_number]
+        if trial.state == TrialState.RUNNING:
+            self._study.tell(trial_number, state=TrialState.PRUNED)
 
     def best(self) -> tuple[dict[str, Any], float] | None:
         feasible = [t for t in self._study.get_trials(deepcopy=False,

@@ -1,0 +1,1 @@
+"""The HTTP API: FastAPI app, routes, schemas, settings, orchestration, client and CLI."""

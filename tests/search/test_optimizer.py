@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from search.constraints import DeviceLimits, violations
-from search.optimizer import GemmTuner, study_name
+from search.optimizer import GemmTuner, close_storages, study_name
 from search.types import GemmProblem, Measurement, Status, config_key
 
 H100 = DeviceLimits()
@@ -55,8 +55,7 @@ def test_study_survives_a_new_process_and_never_repeats_measured_configs(tmp_pat
     store: dict[str, Measurement] = {}
     first = drive(url, problem, rounds=2, store=store)
     # A new tuner (as after a restart) reads the same study from the database.
-    from search import optimizer
-    optimizer._storages.clear()
+    close_storages()
     tuner = GemmTuner(url, problem, "fake-gpu", H100)
     assert tuner.study.study_name == study_name(problem, "fake-gpu")
     assert len([t for t in tuner.study.trials if t.state.name == "COMPLETE"]) >= len(first)

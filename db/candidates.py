@@ -1,0 +1,168 @@
+"""Repository of candidates and leases.
+
+Leasing locks the rows it hands out with ``SELECT ... FOR UPDATE SKIP LOCKED`` so two workers
+(or two API replicas) never get the same candidate on Postgres; SQLite ignores the clause and
+serialises writers with ``BEGIN IMMEDIATE`` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import case, func, select, update
+from sqlalchemy.orm import Session
+
+from db.models import CandidateRow, JobRow, LeaseRow
+from db.records import (
+    ACTIVE_JOB,
+    OUTSTANDING,
+    TERMINAL,
+    CandidateRecord,
+    CandidateStatus,
+    Expired,
+    JobCounts,
+    LeaseRecord,
+)
+from search.types import config_key
+
+
+def add_candidates(session: Session, job_id: int, problem_id: int, backend: str,
+                   items: Iterable[tuple[dict[str, Any], int | None]], now: datetime
+                   ) -> list[CandidateRecord]:
+    """Insert pending candidates: one per ``(config, optuna trial number or None)``."""
+    rows = [CandidateRow(job_id=job_id, problem_id=problem_id, backend=backend,
+                         config=dict(config), config_key=config_key(config),
+                         trial_number=trial, status=CandidateStatus.PENDING.value, attempts=0,
+                         created_at=now)
+            for config, trial in items]
+    session.add_all(rows)
+    session.flush()
+    return [CandidateRecord.of(r) for r in rows]
+
+
+def job_counts(session: Session, job_id: int) -> JobCounts:
+    c = CandidateRow
+    triton = c.backend == "triton"
+
+    def count(cond: Any) -> Any:
+        return func.coalesce(func.sum(case((cond, 1), else_=0)), 0)
+
+    row = session.execute(select(
+        count(c.status == CandidateStatus.PENDING.value),
+        count(c.status == CandidateStatus.LEASED.value),
+        count(triton),
+        count(triton & c.status.in_(TERMINAL)),
+        count(c.status == CandidateStatus.DONE.value),
+        count(c.status == CandidateStatus.FAILED.value),
+    ).where(c.job_id == job_id)).one()
+    return JobCounts(*(int(v) for v in row))
+
+
+def get_candidate(session: Session, candidate_id: int, *, lock: bool = False
+                  ) -> CandidateRecord | None:
+    stmt = select(CandidateRow).where(CandidateRow.id == candidate_id)
+    if lock:
+        stmt = stmt.with_for_update()
+    row = session.scalars(stmt).first()
+    return CandidateRecord.of(row) if row is not None else None
+
+
+def job_candidates(session: Session, job_id: int) -> list[CandidateRecord]:
+    rows = session.scalars(select(CandidateRow).where(CandidateRow.job_id == job_id)
+                           .order_by(CandidateRow.id))
+    return [CandidateRecord.of(r) for r in rows]
+
+
+def finish_candidate(session: Session, candidate_id: int, status: CandidateStatus,
+                     reason: str | None = None) -> None:
+    session.execute(update(CandidateRow).where(CandidateRow.id == candidate_id)
+                    .values(status=status.value, failure_reason=reason))
+
+
+def cancel_outstanding(session: Session, job_id: int, reason: str,
+                       statuses: Sequence[str] = OUTSTANDING) -> int:
+    """Cancel the job's candidates in ``statuses``; returns how many."""
+    result = session.execute(
+        update(CandidateRow)
+        .where(CandidateRow.job_id == job_id, CandidateRow.status.in_(statuses))
+        .values(status=CandidateStatus.CANCELLED.value, failure_reason=reason))
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def expire_stale(session: Session, now: datetime, max_attempts: int) -> list[Expired]:
+    """Take back leased candidates whose lease ran out.
+
+    Each goes back to ``pending`` with one more attempt, or to ``failed`` once it has expired
+    ``max_attempts`` times, or to ``cancelled`` when its job is no longer active.
+    """
+    rows = session.execute(
+        select(CandidateRow, JobRow.status)
+        .join(JobRow, JobRow.id == CandidateRow.job_id)
+        .where(CandidateRow.status == CandidateStatus.LEASED.value,
+               CandidateRow.lease_expires_at < now)
+        .order_by(CandidateRow.id)
+        .with_for_update(of=CandidateRow, skip_locked=True)).all()
+    out: list[Expired] = []
+    for row, job_status in rows:
+        row.attempts += 1
+        if job_status not in ACTIVE_JOB:
+            row.status = CandidateStatus.CANCELLED.value
+            row.failure_reason = "job no longer active when its lease expired"
+        elif row.attempts >= max_attempts:
+            row.status = CandidateStatus.FAILED.value
+            row.failure_reason = f"lease expired {row.attempts} times"
+        else:
+            row.status = CandidateStatus.PENDING.value
+            row.lease_id = None
+            row.lease_expires_at = None
+            row.worker_id = None
+        out.append(Expired(CandidateRecord.of(row), row.status))
+    session.flush()
+    return out
+
+
+def lease_pending(session: Session, job_id: int, backends: Sequence[str], limit: int,
+                  lease_id: str, worker_id: int, expires_at: datetime) -> list[CandidateRecord]:
+    """Lease up to ``limit`` pending candidates of the job (library baselines first)."""
+    if limit <= 0:
+        return []
+    rows = list(session.scalars(
+        select(CandidateRow)
+        .where(CandidateRow.job_id == job_id,
+               CandidateRow.status == CandidateStatus.PENDING.value,
+               CandidateRow.backend.in_(list(backends)))
+        .order_by(case((CandidateRow.backend == "cublas", 0), else_=1), CandidateRow.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)))
+    for row in rows:
+        row.status = CandidateStatus.LEASED.value
+        row.lease_id = lease_id
+        row.lease_expires_at = expires_at
+        row.worker_id = worker_id
+    session.flush()
+    return [CandidateRecord.of(r) for r in rows]
+
+
+def create_lease(session: Session, lease_id: str, worker_id: int, now: datetime,
+                 expires_at: datetime) -> LeaseRecord:
+    row = LeaseRow(id=lease_id, worker_id=worker_id, created_at=now, expires_at=expires_at)
+    session.add(row)
+    session.flush()
+    return LeaseRecord.of(row)
+
+
+def get_lease(session: Session, lease_id: str) -> LeaseRecord | None:
+    row = session.get(LeaseRow, lease_id)
+    return LeaseRecord.of(row) if row is not None else None
+
+
+def renew_lease(session: Session, lease_id: str, expires_at: datetime) -> None:
+    """Push the lease's expiry, and that of the candidates it still holds."""
+    session.execute(update(LeaseRow).where(LeaseRow.id == lease_id)
+                    .values(expires_at=expires_at))
+    session.execute(update(CandidateRow)
+                    .where(CandidateRow.lease_id == lease_id,
+                           CandidateRow.status == CandidateStatus.LEASED.value)
+                    .values(lease_expires_at=expires_at))

@@ -1,0 +1,92 @@
+"""Engines and the one session helper that commits or rolls back.
+
+SQLite gets WAL, a 30 s busy timeout and foreign keys. Write transactions on SQLite start with
+``BEGIN IMMEDIATE`` so two writers queue on the lock instead of failing when a reader upgrades to
+a writer; read sessions use a deferred ``BEGIN``. Postgres goes through psycopg 3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+_READ_ONLY = "ks_read_only"
+
+
+def normalize_url(url: str) -> str:
+    """``postgres://`` and ``postgresql://`` mean psycopg 3 here (psycopg2 is not installed)."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for ``url`` with the per-dialect settings above."""
+    url = normalize_url(url)
+    if url.startswith("sqlite"):
+        connect_args = {"timeout": 30, "check_same_thread": False}
+        connect_args.update(kwargs.pop("connect_args", {}))
+        engine = create_engine(url, connect_args=connect_args, **kwargs)
+        _configure_sqlite(engine)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_engine(url, **kwargs)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take over transaction control from pysqlite so "begin" below decides the BEGIN kind.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        read_only = conn.get_execution_options().get(_READ_ONLY, False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+class Database:
+    """One database: its engine and the scoped-session helpers every repository call runs in."""
+
+    def __init__(self, url: str, **engine_kwargs: Any) -> None:
+        self.url = normalize_url(url)
+        self.engine = make_engine(self.url, **engine_kwargs)
+        self._read_engine = self.engine.execution_options(**{_READ_ONLY: True})
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A write transaction: commits when the block ends, rolls back if it raises."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            try:
+                yield session
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+
+    @contextmanager
+    def read_session(self) -> Iterator[Session]:
+        """A read-only transaction (a deferred ``BEGIN`` on SQLite); always rolled back."""
+        with Session(self._read_engine, expire_on_commit=False) as session:
+            try:
+                yield session
+            finally:
+                session.rollback()
+
+    def dispose(self) -> None:
+        self.engine.dispose()

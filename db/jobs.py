@@ -1,0 +1,124 @@
+"""Repository of problems and jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from db.models import JobRow, MeasurementRow, ProblemRow
+from db.records import ACTIVE_JOB, JobRecord, JobStatus, ProblemRecord
+
+
+def get_or_create_problem(session: Session, key: str, kind: str, spec: dict[str, Any],
+                          now: datetime) -> ProblemRecord:
+    """The problem row with canonical ``key``, created on first sight (race-safe)."""
+    row = session.scalars(select(ProblemRow).where(ProblemRow.key == key)).first()
+    if row is not None:
+        return ProblemRecord.of(row)
+    try:
+        with session.begin_nested():
+            row = ProblemRow(key=key, kind=kind, spec=spec, created_at=now)
+            session.add(row)
+    except IntegrityError:  # another request inserted the same key first
+        row = session.scalars(select(ProblemRow).where(ProblemRow.key == key)).one()
+    return ProblemRecord.of(row)
+
+
+def get_problem(session: Session, problem_id: int) -> ProblemRecord | None:
+    row = session.get(ProblemRow, problem_id)
+    return ProblemRecord.of(row) if row is not None else None
+
+
+def find_problem(session: Session, key: str) -> ProblemRecord | None:
+    row = session.scalars(select(ProblemRow).where(ProblemRow.key == key)).first()
+    return ProblemRecord.of(row) if row is not None else None
+
+
+def list_problems(session: Session, limit: int, offset: int
+                  ) -> tuple[list[tuple[ProblemRecord, int]], int]:
+    """Problems newest first, each with its number of measurements, and the total."""
+    total = session.scalar(select(func.count()).select_from(ProblemRow)) or 0
+    counts = (select(MeasurementRow.problem_id, func.count().label("n"))
+              .group_by(MeasurementRow.problem_id).subquery())
+    rows = session.execute(
+        select(ProblemRow, func.coalesce(counts.c.n, 0))
+        .outerjoin(counts, counts.c.problem_id == ProblemRow.id)
+        .order_by(ProblemRow.id.desc()).limit(limit).offset(offset)).all()
+    return [(ProblemRecord.of(p), int(n)) for p, n in rows], int(total)
+
+
+def create_job(session: Session, problem: ProblemRecord, *, max_trials: int | None,
+               max_seconds: float | None, backends: Sequence[str], target_gpu: str | None,
+               seed: int, now: datetime) -> JobRecord:
+    row = JobRow(problem_id=problem.id, status=JobStatus.QUEUED.value, max_trials=max_trials,
+                 max_seconds=max_seconds, backends=list(backends), target_gpu=target_gpu,
+                 bound_gpu=None, bound_backends=None, search_exhausted=False, seed=seed,
+                 created_at=now)
+    session.add(row)
+    session.flush()
+    return get_job(session, row.id)  # type: ignore[return-value]
+
+
+def get_job(session: Session, job_id: int, *, lock: bool = False) -> JobRecord | None:
+    stmt = select(JobRow, ProblemRow).join(ProblemRow, ProblemRow.id == JobRow.problem_id)
+    stmt = stmt.where(JobRow.id == job_id)
+    if lock:
+        stmt = stmt.with_for_update(of=JobRow)
+    row = session.execute(stmt).first()
+    if row is None:
+        return None
+    return JobRecord.of(row[0], row[1])
+
+
+def list_jobs(session: Session, limit: int, offset: int) -> tuple[list[JobRecord], int]:
+    """Jobs newest first, and the total."""
+    total = session.scalar(select(func.count()).select_from(JobRow)) or 0
+    rows = session.execute(
+        select(JobRow, ProblemRow).join(ProblemRow, ProblemRow.id == JobRow.problem_id)
+        .order_by(JobRow.id.desc()).limit(limit).offset(offset)).all()
+    return [JobRecord.of(j, p) for j, p in rows], int(total)
+
+
+def eligible_jobs(session: Session, gpu_model: str) -> list[JobRecord]:
+    """Active jobs a worker of ``gpu_model`` may serve, oldest first (FIFO)."""
+    rows = session.execute(
+        select(JobRow, ProblemRow).join(ProblemRow, ProblemRow.id == JobRow.problem_id)
+        .where(JobRow.status.in_(ACTIVE_JOB),
+               or_(JobRow.target_gpu.is_(None), JobRow.target_gpu == gpu_model),
+               or_(JobRow.bound_gpu.is_(None), JobRow.bound_gpu == gpu_model))
+        .order_by(JobRow.id)).all()
+    return [JobRecord.of(j, p) for j, p in rows]
+
+
+def active_running_jobs(session: Session) -> list[int]:
+    """Ids of running jobs that have a time budget (for the time-up sweep)."""
+    return list(session.scalars(
+        select(JobRow.id).where(JobRow.status == JobStatus.RUNNING.value,
+                                JobRow.max_seconds.is_not(None))))
+
+
+def bind_job(session: Session, job_id: int, gpu_model: str, backends: Sequence[str],
+             now: datetime) -> bool:
+    """Bind a queued, unbound job to ``gpu_model``; False when someone else bound it first."""
+    result = session.execute(
+        update(JobRow)
+        .where(JobRow.id == job_id, JobRow.bound_gpu.is_(None),
+               JobRow.status == JobStatus.QUEUED.value)
+        .values(bound_gpu=gpu_model, bound_backends=list(backends),
+                status=JobStatus.RUNNING.value, started_at=now))
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def mark_exhausted(session: Session, job_id: int) -> None:
+    session.execute(update(JobRow).where(JobRow.id == job_id).values(search_exhausted=True))
+
+
+def finish_job(session: Session, job_id: int, status: JobStatus, now: datetime,
+               error: str | None = None) -> None:
+    session.execute(update(JobRow).where(JobRow.id == job_id)
+                    .values(status=status.value, finished_at=now, error=error))

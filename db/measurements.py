@@ -1,0 +1,100 @@
+"""Repository of measurements: storing them, the best per job and per problem, the history."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import case, func, select
+from sqlalchemy.orm import Session
+
+from db.models import CandidateRow, MeasurementRow
+from db.records import CandidateRecord, MeasurementRecord
+from search.types import INTERPRETER_GPU, Measurement, Status
+
+_OK = Status.OK.value
+
+
+def add_measurement(session: Session, candidate: CandidateRecord, gpu_model: str,
+                    measurement: Measurement, worker_id: int | None,
+                    now: datetime) -> MeasurementRecord:
+    m = measurement
+    row = MeasurementRow(
+        candidate_id=candidate.id, job_id=candidate.job_id, problem_id=candidate.problem_id,
+        gpu_model=gpu_model, backend=candidate.backend, config=dict(candidate.config),
+        config_key=candidate.config_key, status=str(m.status), median_us=m.median_us,
+        p20_us=m.p20_us, p80_us=m.p80_us, reps=m.reps, rel_error=m.rel_error,
+        compile_s=m.compile_s, bench_s=m.bench_s, error=m.error, env=dict(m.env),
+        worker_id=worker_id, created_at=now)
+    session.add(row)
+    session.flush()
+    return MeasurementRecord.of(row)
+
+
+def find_known(session: Session, problem_id: int, gpu_model: str, backend: str,
+               key: str) -> MeasurementRecord | None:
+    """A stored measurement of this configuration: the fastest ok one, else the latest."""
+    row = session.scalars(
+        select(MeasurementRow)
+        .where(MeasurementRow.problem_id == problem_id, MeasurementRow.gpu_model == gpu_model,
+               MeasurementRow.backend == backend, MeasurementRow.config_key == key)
+        .order_by(case((MeasurementRow.status == _OK, 0), else_=1),
+                  MeasurementRow.median_us, MeasurementRow.id.desc())
+        .limit(1)).first()
+    return MeasurementRecord.of(row) if row is not None else None
+
+
+def job_best(session: Session, job_id: int, backend: str | None = None
+             ) -> MeasurementRecord | None:
+    """The job's fastest ok measurement (optionally of one backend)."""
+    stmt = select(MeasurementRow).where(MeasurementRow.job_id == job_id,
+                                        MeasurementRow.status == _OK,
+                                        MeasurementRow.median_us.is_not(None))
+    if backend is not None:
+        stmt = stmt.where(MeasurementRow.backend == backend)
+    row = session.scalars(stmt.order_by(MeasurementRow.median_us, MeasurementRow.id)
+                          .limit(1)).first()
+    return MeasurementRecord.of(row) if row is not None else None
+
+
+def problem_best(session: Session, problem_id: int, gpu_model: str, backend: str | None = None
+                 ) -> MeasurementRecord | None:
+    """The fastest ok measurement of a problem on a GPU model (optionally of one backend)."""
+    stmt = select(MeasurementRow).where(MeasurementRow.problem_id == problem_id,
+                                        MeasurementRow.gpu_model == gpu_model,
+                                        MeasurementRow.status == _OK,
+                                        MeasurementRow.median_us.is_not(None))
+    if backend is not None:
+        stmt = stmt.where(MeasurementRow.backend == backend)
+    row = session.scalars(stmt.order_by(MeasurementRow.median_us, MeasurementRow.id)
+                          .limit(1)).first()
+    return MeasurementRecord.of(row) if row is not None else None
+
+
+def latest_gpu(session: Session, problem_id: int) -> str | None:
+    """The GPU model with the most recent ok measurement, real GPUs before the interpreter."""
+    return session.scalars(
+        select(MeasurementRow.gpu_model)
+        .where(MeasurementRow.problem_id == problem_id, MeasurementRow.status == _OK)
+        .order_by(case((MeasurementRow.gpu_model == INTERPRETER_GPU, 1), else_=0),
+                  MeasurementRow.created_at.desc(), MeasurementRow.id.desc())
+        .limit(1)).first()
+
+
+def list_trials(session: Session, problem_id: int, limit: int, offset: int,
+                gpu_model: str | None = None
+                ) -> tuple[list[tuple[MeasurementRecord, int | None]], int]:
+    """A problem's measurements, newest first, each with its candidate's Optuna trial number."""
+    where = [MeasurementRow.problem_id == problem_id]
+    if gpu_model is not None:
+        where.append(MeasurementRow.gpu_model == gpu_model)
+    total = session.scalar(select(func.count()).select_from(MeasurementRow).where(*where)) or 0
+    rows = session.execute(
+        select(MeasurementRow, CandidateRow.trial_number)
+        .outerjoin(CandidateRow, CandidateRow.id == MeasurementRow.candidate_id)
+        .where(*where).order_by(MeasurementRow.id.desc()).limit(limit).offset(offset)).all()
+    return [(MeasurementRecord.of(m), t) for m, t in rows], int(total)
+
+
+def has_measurement(session: Session, candidate_id: int) -> bool:
+    return session.scalar(select(MeasurementRow.id)
+                          .where(MeasurementRow.candidate_id == candidate_id).limit(1)) is not None

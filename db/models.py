@@ -1,0 +1,158 @@
+"""ORM models of the service's tables. They stay inside ``db``; repositories return records.
+
+Table names are plain (``workers``, ``problems``, ``jobs``, ``candidates``, ``measurements``,
+``leases``) and must not collide with Optuna's own tables (``studies``, ``trials``,
+``version_info``, ``alembic_version`` ...), which live in the same database.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+#: Primary keys: 64-bit on Postgres; SQLite needs plain INTEGER for its rowid autoincrement.
+IdType = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timestamps stored as naive UTC (SQLite has no time zones) and read back as aware UTC."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the service's tables (its metadata drives Alembic)."""
+
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON(), list[str]: JSON()}
+
+
+class WorkerRow(Base):
+    __tablename__ = "workers"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    gpu_model: Mapped[str] = mapped_column(String(200), index=True)
+    device: Mapped[dict[str, Any]]
+    registered_at: Mapped[datetime]
+    last_seen: Mapped[datetime]
+
+
+class ProblemRow(Base):
+    __tablename__ = "problems"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(300), unique=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    spec: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    problem_id: Mapped[int] = mapped_column(IdType, ForeignKey("problems.id"), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    max_trials: Mapped[int | None] = mapped_column(Integer)
+    max_seconds: Mapped[float | None] = mapped_column(Float)
+    backends: Mapped[list[str]]
+    target_gpu: Mapped[str | None] = mapped_column(String(200))
+    bound_gpu: Mapped[str | None] = mapped_column(String(200))
+    #: ``backends`` intersected with what the first leasing device supports.
+    bound_backends: Mapped[list[str] | None] = mapped_column(JSON)
+    search_exhausted: Mapped[bool] = mapped_column(Boolean, default=False)
+    seed: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime]
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class CandidateRow(Base):
+    __tablename__ = "candidates"
+    __table_args__ = (
+        Index("ix_candidates_job_status", "job_id", "status"),
+        Index("ix_candidates_status_expiry", "status", "lease_expires_at"),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(IdType, ForeignKey("jobs.id"))
+    problem_id: Mapped[int] = mapped_column(IdType, ForeignKey("problems.id"))
+    backend: Mapped[str] = mapped_column(String(32))
+    config: Mapped[dict[str, Any]]
+    config_key: Mapped[str] = mapped_column(Text)
+    trial_number: Mapped[int | None] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    lease_id: Mapped[str | None] = mapped_column(String(36), index=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    worker_id: Mapped[int | None] = mapped_column(IdType, ForeignKey("workers.id"))
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+
+
+class MeasurementRow(Base):
+    __tablename__ = "measurements"
+    __table_args__ = (
+        Index("ix_measurements_lookup", "problem_id", "gpu_model", "backend", "config_key"),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    candidate_id: Mapped[int | None] = mapped_column(
+        IdType, ForeignKey("candidates.id"), index=True)
+    job_id: Mapped[int | None] = mapped_column(IdType, ForeignKey("jobs.id"), index=True)
+    problem_id: Mapped[int] = mapped_column(IdType, ForeignKey("problems.id"))
+    gpu_model: Mapped[str] = mapped_column(String(200))
+    backend: Mapped[str] = mapped_column(String(32))
+    config: Mapped[dict[str, Any]]
+    config_key: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    median_us: Mapped[float | None] = mapped_column(Float)
+    p20_us: Mapped[float | None] = mapped_column(Float)
+    p80_us: Mapped[float | None] = mapped_column(Float)
+    reps: Mapped[int] = mapped_column(Integer, default=0)
+    rel_error: Mapped[float | None] = mapped_column(Float)
+    compile_s: Mapped[float | None] = mapped_column(Float)
+    bench_s: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text)
+    env: Mapped[dict[str, Any]]
+    worker_id: Mapped[int | None] = mapped_column(IdType, ForeignKey("workers.id"))
+    created_at: Mapped[datetime]
+
+
+class LeaseRow(Base):
+    __tablename__ = "leases"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    worker_id: Mapped[int] = mapped_column(IdType, ForeignKey("workers.id"), index=True)
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]

@@ -1,0 +1,191 @@
+"""Frozen records: what repositories hand out instead of ORM rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from db.models import CandidateRow, JobRow, LeaseRow, MeasurementRow, ProblemRow, WorkerRow
+from search.types import Measurement, Status
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ACTIVE_JOB = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
+
+
+class CandidateStatus(StrEnum):
+    PENDING = "pending"
+    LEASED = "leased"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+OUTSTANDING = (CandidateStatus.PENDING.value, CandidateStatus.LEASED.value)
+TERMINAL = (CandidateStatus.DONE.value, CandidateStatus.FAILED.value)
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    id: int
+    name: str
+    gpu_model: str
+    device: dict[str, Any] = field(hash=False)
+    registered_at: datetime
+    last_seen: datetime
+
+    @classmethod
+    def of(cls, row: WorkerRow) -> WorkerRecord:
+        return cls(row.id, row.name, row.gpu_model, dict(row.device), row.registered_at,
+                   row.last_seen)
+
+
+@dataclass(frozen=True)
+class ProblemRecord:
+    id: int
+    key: str
+    kind: str
+    spec: dict[str, Any] = field(hash=False)
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: ProblemRow) -> ProblemRecord:
+        return cls(row.id, row.key, row.kind, dict(row.spec), row.created_at)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: int
+    problem_id: int
+    problem_key: str
+    problem: dict[str, Any] = field(hash=False)
+    status: str
+    max_trials: int | None
+    max_seconds: float | None
+    backends: tuple[str, ...]
+    target_gpu: str | None
+    bound_gpu: str | None
+    bound_backends: tuple[str, ...] | None
+    search_exhausted: bool
+    seed: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_JOB
+
+    @classmethod
+    def of(cls, row: JobRow, problem: ProblemRow) -> JobRecord:
+        bound = tuple(row.bound_backends) if row.bound_backends is not None else None
+        return cls(row.id, row.problem_id, problem.key, dict(problem.spec), row.status,
+                   row.max_trials, row.max_seconds, tuple(row.backends), row.target_gpu,
+                   row.bound_gpu, bound, bool(row.search_exhausted), row.seed, row.created_at,
+                   row.started_at, row.finished_at, row.error)
+
+
+@dataclass(frozen=True)
+class CandidateRecord:
+    id: int
+    job_id: int
+    problem_id: int
+    backend: str
+    config: dict[str, Any] = field(hash=False)
+    config_key: str
+    trial_number: int | None
+    status: str
+    attempts: int
+    lease_id: str | None
+    lease_expires_at: datetime | None
+    worker_id: int | None
+    failure_reason: str | None
+
+    @classmethod
+    def of(cls, row: CandidateRow) -> CandidateRecord:
+        return cls(row.id, row.job_id, row.problem_id, row.backend, dict(row.config),
+                   row.config_key, row.trial_number, row.status, row.attempts, row.lease_id,
+                   row.lease_expires_at, row.worker_id, row.failure_reason)
+
+
+@dataclass(frozen=True)
+class MeasurementRecord:
+    id: int
+    candidate_id: int | None
+    job_id: int | None
+    problem_id: int
+    gpu_model: str
+    backend: str
+    config: dict[str, Any] = field(hash=False)
+    config_key: str
+    status: str
+    median_us: float | None
+    p20_us: float | None
+    p80_us: float | None
+    reps: int
+    rel_error: float | None
+    compile_s: float | None
+    bench_s: float | None
+    error: str | None
+    env: dict[str, Any] = field(hash=False)
+    worker_id: int | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: MeasurementRow) -> MeasurementRecord:
+        return cls(row.id, row.candidate_id, row.job_id, row.problem_id, row.gpu_model,
+                   row.backend, dict(row.config), row.config_key, row.status, row.median_us,
+                   row.p20_us, row.p80_us, row.reps, row.rel_error, row.compile_s, row.bench_s,
+                   row.error, dict(row.env or {}), row.worker_id, row.created_at)
+
+    def to_measurement(self) -> Measurement:
+        return Measurement(status=Status(self.status), median_us=self.median_us,
+                           p20_us=self.p20_us, p80_us=self.p80_us, reps=self.reps,
+                           rel_error=self.rel_error, compile_s=self.compile_s,
+                           bench_s=self.bench_s, error=self.error, env=dict(self.env))
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    id: str
+    worker_id: int
+    created_at: datetime
+    expires_at: datetime
+
+    @classmethod
+    def of(cls, row: LeaseRow) -> LeaseRecord:
+        return cls(row.id, row.worker_id, row.created_at, row.expires_at)
+
+
+@dataclass(frozen=True)
+class JobCounts:
+    """Candidate counts of one job, as the completion rule and the top-up need them."""
+
+    pending: int = 0
+    leased: int = 0
+    triton_created: int = 0
+    triton_terminal: int = 0
+    ok: int = 0
+    failed: int = 0
+
+    @property
+    def outstanding(self) -> int:
+        return self.pending + self.leased
+
+
+@dataclass(frozen=True)
+class Expired:
+    """A leased candidate whose lease ran out, and where it went (pending, failed, cancelled)."""
+
+    candidate: CandidateRecord
+    new_status: str

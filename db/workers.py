@@ -1,0 +1,48 @@
+"""Repository of workers (one row per registered worker name)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from db.models import WorkerRow
+from db.records import WorkerRecord
+
+
+def register(session: Session, name: str, gpu_model: str, device: dict[str, Any],
+             now: datetime) -> WorkerRecord:
+    """Create the worker ``name`` or refresh its device fingerprint (a restarted worker)."""
+    row = session.scalars(select(WorkerRow).where(WorkerRow.name == name)).first()
+    if row is None:
+        try:
+            with session.begin_nested():
+                row = WorkerRow(name=name, gpu_model=gpu_model, device=device,
+                                registered_at=now, last_seen=now)
+                session.add(row)
+        except IntegrityError:
+            row = session.scalars(select(WorkerRow).where(WorkerRow.name == name)).one()
+    row.gpu_model = gpu_model
+    row.device = device
+    row.last_seen = now
+    session.flush()
+    return WorkerRecord.of(row)
+
+
+def get_worker(session: Session, worker_id: int) -> WorkerRecord | None:
+    row = session.get(WorkerRow, worker_id)
+    return WorkerRecord.of(row) if row is not None else None
+
+
+def latest_of_model(session: Session, gpu_model: str) -> WorkerRecord | None:
+    """The most recently seen worker of a GPU model (its device stands for the model)."""
+    row = session.scalars(select(WorkerRow).where(WorkerRow.gpu_model == gpu_model)
+                          .order_by(WorkerRow.last_seen.desc()).limit(1)).first()
+    return WorkerRecord.of(row) if row is not None else None
+
+
+def touch(session: Session, worker_id: int, now: datetime) -> None:
+    session.execute(update(WorkerRow).where(WorkerRow.id == worker_id).values(last_seen=now))

@@ -1,0 +1,86 @@
+"""The FastAPI application: ``create_app(settings)`` migrates the database and mounts /v1.
+
+OpenAPI docs are at ``/docs``. Errors a client causes are 4xx with a message that names the
+field and the rule; nothing a client sends should produce a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError
+
+from db.engine import Database
+from db.migrate import upgrade
+from service.errors import ServiceError
+from service.flow import Clock, Flow, utcnow
+from service.routes import best, jobs, problems, workers
+from service.settings import ServiceSettings, get_settings
+from service.tuning import TunerFactory, TunerPool, optuna_tuner
+
+log = logging.getLogger("kernelsearch.service")
+
+
+def create_app(settings: ServiceSettings | None = None, *,
+               tuner_factory: TunerFactory | None = None, clock: Clock | None = None) -> FastAPI:
+    """Build the API. ``tuner_factory`` and ``clock`` are seams for tests (fakes, fake time)."""
+    settings = settings or get_settings()
+    if settings.migrate_on_startup:
+        upgrade(settings.database_url)
+    database = Database(settings.database_url)
+    flow = Flow(database, settings, TunerPool(database.url, tuner_factory or optuna_tuner),
+                clock or utcnow)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        flow.close()
+
+    app = FastAPI(title="kernelsearch", version="0.1.0", lifespan=lifespan,
+                  description="Autotuning kernel search for GEMM: submit jobs, lease and "
+                              "report candidates, ask for the best configuration.")
+    app.state.settings = settings
+    app.state.flow = flow
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse(status_code=exc.status_code, content={"detail": exc.detail()})
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own handler echoes the input back and fails on NaN/Infinity (a 500).
+        return JSONResponse(status_code=422,
+                            content={"detail": _json_safe(jsonable_encoder(exc.errors()))})
+
+    @app.exception_handler(DataError)
+    async def _data_error(_request: Request, exc: DataError) -> JSONResponse:
+        # A value the schemas let through but the database cannot store: still the client's.
+        log.warning("database rejected a value: %s", exc.orig)
+        return JSONResponse(status_code=422,
+                            content={"detail": f"a value does not fit the database: {exc.orig}"})
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    for module in (jobs, best, problems, workers):
+        app.include_router(module.router)
+    return app
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value

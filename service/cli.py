@@ -1,0 +1,243 @@
+"""``kernelsearch``: tune a GEMM locally, serve the API, run a worker, query results.
+
+Also reachable as ``python3 -m service.cli``. Commands that run kernels (``tune``, ``worker``)
+import the worker side lazily, so ``serve`` and the query commands never import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Autotuning kernel search: cuBLAS vs generated Triton GEMMs.")
+console = Console(stderr=True)
+
+Dtype = Annotated[str, typer.Option(help="dtype of A and B: bf16, fp16, fp32")]
+
+
+def _problem(m: int, n: int, k: int, dtype: str, batch: int, layout_a: str,
+             layout_b: str) -> dict[str, Any]:
+    return {"kind": "gemm", "m": m, "n": n, "k": k, "dtype": dtype, "batch": batch,
+            "layout_a": layout_a, "layout_b": layout_b}
+
+
+def _gpu_present() -> bool:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+@app.command()
+def tune(
+    m: int = 4096, n: int = 4096, k: int = 4096, dtype: Dtype = "bf16", batch: int = 1,
+    layout_a: str = "row", layout_b: str = "row",
+    trials: Annotated[int, typer.Option(help="Triton configurations to measure")] = 64,
+    seconds: Annotated[float | None, typer.Option(help="stop after this long")] = None,
+    backends: Annotated[str, typer.Option(help="comma-separated: cublas,triton")] = (
+        "cublas,triton"),
+    database_url: Annotated[str | None, typer.Option(
+        "--db", help="SQLAlchemy URL (default: KS_DATABASE_URL or ./kernelsearch.db)")] = None,
+    interpret: Annotated[bool | None, typer.Option(
+        help="Triton interpreter on the CPU (default: when there is no GPU)")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the result here")] = None,
+) -> None:
+    """Tune one GEMM on this machine (embedded service, SQLite, local worker)."""
+    from service.settings import ServiceSettings
+    from workers.local import run_tuning
+
+    settings = ServiceSettings(**({"database_url": database_url} if database_url else {}))
+    problem = _problem(m, n, k, dtype, batch, layout_a, layout_b)
+    budget: dict[str, Any] = {"max_trials": trials}
+    if seconds is not None:
+        budget["max_seconds"] = seconds
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                        MofNCompleteColumn(), TextColumn("{task.fields[best]}"),
+                        TimeElapsedColumn(), console=console)
+    with progress:
+        task = progress.add_task(f"tuning {m}x{n}x{k} {dtype}", total=trials, best="")
+
+        def show(job: dict[str, Any]) -> None:
+            p = job.get("progress") or {}
+            best = job.get("best") or {}
+            text = (f"best {best['backend']} {best['median_us']:.1f} µs" if best else "")
+            progress.update(task, completed=p.get("trials_done", 0),
+                            total=p.get("trials_budget") or trials, best=text)
+
+        result = run_tuning(problem, budget, database_url=settings.database_url,
+                            backends=backends.split(","), interpret=interpret,
+                            on_progress=show, settings=settings)
+    _print_result(result)
+    if json_out is not None:
+        json_out.write_text(json.dumps({"job": result.job, "best": result.best,
+                                        "wall_s": result.wall_s}, indent=2))
+    if result.job["status"] != "done":
+        raise typer.Exit(1)
+
+
+def _print_result(result: Any) -> None:
+    job = result.job
+    lib, custom, best = job.get("library_best"), job.get("custom_best"), job.get("best")
+    table = Table(title=f"{job.get('problem_key', '')} on {result.gpu_model}")
+    for col in ("", "backend", "median µs", "p20–p80 µs", "TFLOP/s"):
+        table.add_column(col)
+    for label, row in (("cuBLAS", lib), ("best Triton", custom), ("winner", best)):
+        if row:
+            table.add_row(label, row["backend"], f"{row['median_us']:.2f}",
+                          f"{row['p20_us']:.2f}–{row['p80_us']:.2f}", f"{row['tflops']:.1f}")
+        else:
+            table.add_row(label, "—", "—", "—", "—")
+    out = Console()
+    out.print(table)
+    if lib and best:
+        out.print(f"speed-up over cuBLAS: {lib['median_us'] / best['median_us']:.3f}x")
+    progress = job.get("progress") or {}
+    out.print(f"job {job['id']} {job['status']}: {progress.get('trials_done')} trials in "
+              f"{result.wall_s:.1f} s; stored in {result.database_url}")
+    if best:
+        out.print(f"winning config: {json.dumps(best.get('config'))}")
+    if job.get("error"):
+        out.print(f"[red]error: {job['error']}")
+
+
+@app.command()
+def serve(
+    host: str = "127.0.0.1", port: int = 8000,
+    worker: Annotated[str, typer.Option(
+        help="auto: start a local worker when a GPU is present; yes; no")] = "auto",
+) -> None:
+    """Start the API (migrations first) and, where a GPU is present, a local worker."""
+    import uvicorn
+
+    from service.app import create_app
+    from service.settings import get_settings
+
+    settings = get_settings()
+    child: subprocess.Popen[bytes] | None = None
+    if worker == "yes" or (worker == "auto" and _gpu_present()):
+        env = dict(os.environ, KS_URL=f"http://{host}:{port}")
+        child = subprocess.Popen([sys.executable, "-m", "service.cli", "worker",
+                                  "--url", f"http://{host}:{port}", "--wait-for-service"],
+                                 env=env)
+        console.print(f"local worker started (pid {child.pid})")
+    try:
+        uvicorn.run(create_app(settings), host=host, port=port)
+    finally:
+        if child is not None:
+            child.terminate()
+            child.wait(timeout=30)
+
+
+@app.command("worker")
+def worker_cmd(
+    url: Annotated[str | None, typer.Option(help="service URL (default KS_URL)")] = None,
+    token: Annotated[str | None, typer.Option(help="worker token (default KS_WORKER_TOKEN)")
+                     ] = None,
+    interpret: Annotated[bool | None, typer.Option(
+        help="Triton interpreter on the CPU (default: when there is no GPU)")] = None,
+    batch: Annotated[int | None, typer.Option(help="candidates per lease")] = None,
+    idle_exit: Annotated[float | None, typer.Option(help="exit after this many idle seconds")
+                         ] = None,
+    wait_for_service: bool = False,
+) -> None:
+    """Run a worker that leases candidates from the service over HTTP."""
+    from service.client import KernelSearchClient
+    from workers.device import detect_device
+    from workers.isolation import IsolatedRunner
+    from workers.loop import WorkerLoop
+    from workers.settings import WorkerSettings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    s = WorkerSettings()
+    url = url or s.url
+    client = KernelSearchClient(url, token=token or s.worker_token)
+    if wait_for_service:
+        _wait_for(url)
+    device = detect_device(interpret if interpret is not None else s.interpret)
+    console.print(f"worker on {device.gpu_model} ({device.mode}) → {url}")
+    with IsolatedRunner(interpret=device.mode != "cuda",
+                        timeout_s=s.candidate_timeout_s) as runner:
+        loop = WorkerLoop(client, runner, device, name=s.worker_name,
+                          batch=batch or s.batch, poll_s=s.poll_s)
+        try:
+            loop.run(idle_exit_s=idle_exit)
+        except KeyboardInterrupt:
+            pass
+    console.print(f"worker done: {loop.stats}")
+
+
+def _wait_for(url: str, timeout_s: float = 60.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{url}/docs", timeout=2.0)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    raise typer.BadParameter(f"no service answered at {url}")
+
+
+def _client(url: str | None) -> Any:
+    from service.client import KernelSearchClient
+    from workers.settings import WorkerSettings
+
+    s = WorkerSettings()
+    return KernelSearchClient(url or s.url, token=s.worker_token)
+
+
+@app.command()
+def submit(m: int, n: int, k: int, dtype: Dtype = "bf16", batch: int = 1,
+           layout_a: str = "row", layout_b: str = "row", trials: int = 64,
+           gpu: str | None = None, url: str | None = None) -> None:
+    """Submit a tuning job to a running service."""
+    job = _client(url).submit_job(_problem(m, n, k, dtype, batch, layout_a, layout_b),
+                                  budget={"max_trials": trials}, gpu=gpu)
+    print(json.dumps(job, indent=2))
+
+
+@app.command()
+def status(job_id: int, url: str | None = None) -> None:
+    """Show a job's status, progress and best so far."""
+    print(json.dumps(_client(url).get_job(job_id), indent=2))
+
+
+@app.command()
+def best(m: int, n: int, k: int, dtype: Dtype = "bf16", batch: int = 1,
+         layout_a: str = "row", layout_b: str = "row", gpu: str | None = None,
+         url: str | None = None) -> None:
+    """The best measured backend and configuration for a shape."""
+    query = _problem(m, n, k, dtype, batch, layout_a, layout_b)
+    if gpu:
+        query["gpu"] = gpu
+    found = _client(url).best(**query)
+    if found is None:
+        console.print("never tuned: submit a job first")
+        raise typer.Exit(1)
+    print(json.dumps(found, indent=2))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""FastAPI dependencies: ``SessionDep``, ``FlowDep``, ``WorkerAuth``, pagination."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Header, Query, Request
+from sqlalchemy.orm import Session
+
+from service.errors import Unauthorized
+from service.flow import Flow
+from service.settings import ServiceSettings
+
+
+def get_flow(request: Request) -> Flow:
+    return request.app.state.flow  # type: ignore[no-any-return]
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """A read-only session: routes that write go through ``Flow``."""
+    with request.app.state.flow.db.read_session() as session:
+        yield session
+
+
+def get_settings_dep(request: Request) -> ServiceSettings:
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+FlowDep = Annotated[Flow, Depends(get_flow)]
+SessionDep = Annotated[Session, Depends(get_session)]
+SettingsDep = Annotated[ServiceSettings, Depends(get_settings_dep)]
+
+
+def require_worker_token(settings: SettingsDep,
+                         authorization: Annotated[str | None, Header()] = None) -> None:
+    """When ``worker_token`` is set, worker endpoints need ``Authorization: Bearer <token>``."""
+    expected = settings.worker_token
+    if not expected:
+        return
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(token.encode(),
+                                                                 expected.encode()):
+        raise Unauthorized("worker endpoints need 'Authorization: Bearer <token>' "
+                           "(KS_WORKER_TOKEN)")
+
+
+WorkerAuth = Depends(require_worker_token)
+
+
+@dataclass(frozen=True)
+class Paging:
+    limit: int
+    offset: int
+
+
+def paging(limit: Annotated[int, Query(ge=1, le=500)] = 50,
+           offset: Annotated[int, Query(ge=0, le=2**62)] = 0) -> Paging:
+    return Paging(limit, offset)
+
+
+PagingDep = Annotated[Paging, Depends(paging)]

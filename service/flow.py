@@ -1,0 +1,416 @@
+"""Orchestration: jobs, leases and reports, between the database and the tuners. No HTTP here.
+
+Transactions are short and never span a tuner call: on SQLite, Optuna writes through its own
+connection and would wait on ours. The order is always "read/commit, ask or tell the tuner,
+commit", with the tuner's per-(problem, GPU) lock held across a top-up so that two requests in
+one process never over-fill a job's window.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from db import candidates as cands
+from db import jobs, measurements, workers
+from db.engine import Database
+from db.records import (
+    CandidateRecord,
+    CandidateStatus,
+    JobCounts,
+    JobRecord,
+    JobStatus,
+    MeasurementRecord,
+    WorkerRecord,
+)
+from search.constraints import DeviceLimits, limits_for
+from search.types import Backend, Candidate, Device, GemmProblem, Measurement, Status, config_key
+from service.errors import Conflict, Gone, InvalidInput, NotFound
+from service.settings import ServiceSettings
+from service.tuning import Tuner, TunerPool, abandon
+
+log = logging.getLogger("kernelsearch.flow")
+
+Clock = Callable[[], datetime]
+CUBLAS, TRITON = Backend.CUBLAS.value, Backend.TRITON.value
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A job with what its view needs: counts and the best measurements so far."""
+
+    job: JobRecord
+    counts: JobCounts
+    best: MeasurementRecord | None
+    library_best: MeasurementRecord | None
+    custom_best: MeasurementRecord | None
+    now: datetime
+
+
+@dataclass(frozen=True)
+class LeaseGrant:
+    lease_id: str | None
+    expires_at: datetime | None
+    lease_seconds: float
+    candidates: list[Candidate]
+    attempts: list[int]  # earlier expired leases of each candidate
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    accepted: list[int]
+    rejected: list[tuple[int, str]]
+
+
+class Flow:
+    """The service's logic; ``service.routes`` are thin HTTP wrappers around it."""
+
+    def __init__(self, database: Database, settings: ServiceSettings, tuners: TunerPool,
+                 clock: Clock = utcnow) -> None:
+        self.db = database
+        self.settings = settings
+        self.tuners = tuners
+        self.clock = clock
+
+    def close(self) -> None:
+        """Release the database connections and the tuners of this process."""
+        self.tuners.close()
+        self.db.dispose()
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def submit_job(self, problem: GemmProblem, *, max_trials: int | None,
+                   max_seconds: float | None, backends: Sequence[str], gpu: str | None,
+                   seed: int | None) -> JobState:
+        if problem.min_bytes > self.settings.max_problem_bytes:
+            raise InvalidInput(["body", "problem"], (
+                f"operands need {problem.min_bytes} bytes, over max_problem_bytes="
+                f"{self.settings.max_problem_bytes}"))
+        now = self.clock()
+        with self.db.session() as s:
+            record = jobs.get_or_create_problem(s, problem.key(), problem.kind,
+                                                problem.to_dict(), now)
+            job = jobs.create_job(s, record, max_trials=max_trials, max_seconds=max_seconds,
+                                  backends=list(dict.fromkeys(backends)), target_gpu=gpu,
+                                  seed=seed or 0, now=now)
+        return self.job_state(job.id)
+
+    def job_state(self, job_id: int) -> JobState:
+        now = self.clock()
+        job = self._job(job_id)
+        if job.status == JobStatus.RUNNING and self._time_up(job, now):
+            self._settle(job.id, now)
+        with self.db.read_session() as s:
+            return self._state(s, job_id, now)
+
+    def list_jobs(self, limit: int, offset: int) -> tuple[list[JobState], int]:
+        now = self.clock()
+        with self.db.read_session() as s:
+            page, total = jobs.list_jobs(s, limit, offset)
+            return [self._state(s, j.id, now) for j in page], total
+
+    def cancel_job(self, job_id: int) -> JobState:
+        now = self.clock()
+        with self.db.session() as s:
+            job = jobs.get_job(s, job_id, lock=True)
+            if job is None:
+                raise NotFound(f"job {job_id} not found")
+            if not job.active:
+                raise Conflict(f"job {job_id} is already {job.status}")
+            dropped = [c for c in cands.job_candidates(s, job_id)
+                       if c.status in (CandidateStatus.PENDING, CandidateStatus.LEASED)]
+            cands.cancel_outstanding(s, job_id, "job cancelled")
+            jobs.finish_job(s, job_id, JobStatus.CANCELLED, now)
+        self._abandon(job, dropped)
+        return self.job_state(job_id)
+
+    # -- workers --------------------------------------------------------------------------------
+    def register_worker(self, name: str, device: Device) -> WorkerRecord:
+        with self.db.session() as s:
+            return workers.register(s, name, device.gpu_model, device.to_dict(), self.clock())
+
+    def lease(self, worker_id: int, max_candidates: int) -> LeaseGrant:
+        worker = self._worker(worker_id)
+        device = Device.from_dict(worker.device)
+        self.expire_stale()
+        now = self.clock()
+        with self.db.session() as s:
+            workers.touch(s, worker_id, now)
+            eligible = jobs.eligible_jobs(s, worker.gpu_model)
+        lease_id = str(uuid.uuid4())
+        expires = now + timedelta(seconds=self.settings.lease_seconds)
+        granted: list[Candidate] = []
+        attempts: list[int] = []
+        for job in eligible:
+            if len(granted) >= max_candidates:
+                break
+            if not self._fits(job, device):
+                continue
+            if job.bound_gpu is None:
+                job = self._bind(job, device, now)
+                if job is None:
+                    continue
+            if self._time_up(job, now):
+                self._settle(job.id, now)
+                continue
+            self._top_up(job, device, now)
+            usable = [b for b in job.bound_backends or () if b in device.backends]
+            with self.db.session() as s:
+                got = cands.lease_pending(s, job.id, usable, max_candidates - len(granted),
+                                          lease_id, worker_id, expires)
+                if got and not granted:
+                    cands.create_lease(s, lease_id, worker_id, now, expires)
+            problem = GemmProblem.from_dict(job.problem)
+            granted += [Candidate(problem, c.backend, c.config, c.id) for c in got]
+            attempts += [c.attempts for c in got]
+        if not granted:
+            return LeaseGrant(None, None, self.settings.lease_seconds, [], [])
+        return LeaseGrant(lease_id, expires, self.settings.lease_seconds, granted, attempts)
+
+    def renew(self, worker_id: int, lease_id: str) -> datetime:
+        self._worker(worker_id)
+        now = self.clock()
+        with self.db.session() as s:
+            lease = cands.get_lease(s, lease_id)
+            if lease is None or lease.worker_id != worker_id:
+                raise NotFound(f"lease {lease_id} of worker {worker_id} not found")
+            expired = lease.expires_at <= now
+            if not expired:
+                expires = now + timedelta(seconds=self.settings.lease_seconds)
+                cands.renew_lease(s, lease_id, expires)
+                workers.touch(s, worker_id, now)
+        if expired:
+            self.expire_stale()
+            raise Gone(f"lease {lease_id} expired at {lease.expires_at.isoformat()}; "
+                       "its candidates went back to the queue")
+        return expires
+
+    def report(self, worker_id: int, lease_id: str,
+               results: Iterable[tuple[int, Measurement]]) -> ReportOutcome:
+        worker = self._worker(worker_id)
+        accepted: list[int] = []
+        rejected: list[tuple[int, str]] = []
+        touched: set[int] = set()
+        for candidate_id, measurement in results:
+            now = self.clock()
+            with self.db.session() as s:
+                cand = cands.get_candidate(s, candidate_id, lock=True)
+                reason = _rejection(cand, worker_id, lease_id)
+                if reason is None and measurements.has_measurement(s, candidate_id):
+                    reason = f"candidate {candidate_id} already reported"
+                if reason is not None or cand is None:
+                    rejected.append((candidate_id, reason or "unknown candidate"))
+                    continue
+                measurements.add_measurement(s, cand, worker.gpu_model, measurement,
+                                             worker_id, now)
+                if cand.status == CandidateStatus.LEASED:
+                    failure = None if measurement.ok else _failure(measurement)
+                    cands.finish_candidate(s, cand.id, CandidateStatus.DONE if measurement.ok
+                                           else CandidateStatus.FAILED, failure)
+                workers.touch(s, worker_id, now)
+                job = jobs.get_job(s, cand.job_id)
+            accepted.append(candidate_id)
+            touched.add(cand.job_id)
+            if cand.trial_number is not None and job is not None:
+                trial = cand.trial_number
+                self._with_tuner(job, worker.gpu_model,
+                                 lambda t, trial=trial, m=measurement: t.record(trial, m))
+        for job_id in sorted(touched):
+            self._settle(job_id, self.clock())
+        return ReportOutcome(accepted, rejected)
+
+    def expire_stale(self) -> None:
+        """Take back candidates whose lease ran out, then settle the jobs that changed."""
+        now = self.clock()
+        with self.db.session() as s:
+            expired = cands.expire_stale(s, now, self.settings.max_attempts)
+            job_of = {e.candidate.job_id: jobs.get_job(s, e.candidate.job_id) for e in expired}
+        for e in expired:
+            job, trial = job_of.get(e.candidate.job_id), e.candidate.trial_number
+            if job is None or trial is None or job.bound_gpu is None:
+                continue
+            if e.new_status == CandidateStatus.FAILED:
+                crashed = Measurement(status=Status.CRASHED, error=e.candidate.failure_reason)
+                self._with_tuner(job, job.bound_gpu,
+                                 lambda t, n=trial, m=crashed: t.record(n, m))
+            elif e.new_status == CandidateStatus.CANCELLED:
+                self._abandon(job, [e.candidate])
+        for job_id in sorted(job_of):
+            if any(e.new_status != CandidateStatus.PENDING for e in expired
+                   if e.candidate.job_id == job_id):
+                self._settle(job_id, now)
+
+    # -- internals ------------------------------------------------------------------------------
+    def _job(self, job_id: int) -> JobRecord:
+        with self.db.read_session() as s:
+            job = jobs.get_job(s, job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} not found")
+        return job
+
+    def _worker(self, worker_id: int) -> WorkerRecord:
+        with self.db.read_session() as s:
+            worker = workers.get_worker(s, worker_id)
+        if worker is None:
+            raise NotFound(f"worker {worker_id} not found: register with "
+                           "POST /v1/workers/register")
+        return worker
+
+    def _state(self, s: Session, job_id: int, now: datetime) -> JobState:
+        job = jobs.get_job(s, job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} not found")
+        return JobState(job, cands.job_counts(s, job_id), measurements.job_best(s, job_id),
+                        measurements.job_best(s, job_id, CUBLAS),
+                        measurements.job_best(s, job_id, TRITON), now)
+
+    def _fits(self, job: JobRecord, device: Device) -> bool:
+        allowed = job.bound_backends if job.bound_backends is not None else job.backends
+        if not set(allowed) & set(device.backends):
+            return False
+        needed = GemmProblem.from_dict(job.problem).min_bytes
+        return device.memory_bytes <= 0 or needed <= device.memory_bytes
+
+    def _time_up(self, job: JobRecord, now: datetime) -> bool:
+        if job.max_seconds is None or job.started_at is None:
+            return False
+        return (now - job.started_at).total_seconds() >= job.max_seconds
+
+    def _bind(self, job: JobRecord, device: Device, now: datetime) -> JobRecord | None:
+        """Bind an unbound job to the device's GPU model and enqueue the library baseline."""
+        backends = [b for b in job.backends if b in device.backends]
+        with self.db.session() as s:
+            if jobs.bind_job(s, job.id, device.gpu_model, backends, now) and CUBLAS in backends:
+                cands.add_candidates(s, job.id, job.problem_id, CUBLAS, [({}, None)], now)
+            bound = jobs.get_job(s, job.id)
+        if bound is None or not bound.active or bound.bound_gpu != device.gpu_model:
+            return None
+        return bound
+
+    def _top_up(self, job: JobRecord, device: Device, now: datetime) -> None:
+        """Ask the tuner for Triton candidates until the job's window or budget is full."""
+        if TRITON not in (job.bound_backends or ()) or job.search_exhausted:
+            return
+        problem = GemmProblem.from_dict(job.problem)
+        limits = limits_for(device.mode, device.smem_per_block)
+        gpu = device.gpu_model
+
+        def known(config: dict[str, Any]) -> Measurement | None:
+            with self.db.read_session() as s:
+                found = measurements.find_known(s, job.problem_id, gpu, TRITON,
+                                                config_key(config))
+            return found.to_measurement() if found is not None else None
+
+        if self._room(job) <= 0:  # cheap check first: no tuner is built for a full window
+            return
+        with self.tuners.use(problem, gpu, limits, job.seed) as tuner:
+            n = self._room(job)  # again under the tuner's lock: another request may have filled it
+            if n <= 0:
+                return
+            proposals = tuner.propose(n, known)
+            with self.db.session() as s:
+                current = jobs.get_job(s, job.id, lock=True)
+                still_active = current is not None and current.active
+                if still_active:
+                    cands.add_candidates(s, job.id, job.problem_id, TRITON,
+                                         [(dict(p.config), p.trial_number) for p in proposals],
+                                         now)
+                    if tuner.exhausted:
+                        jobs.mark_exhausted(s, job.id)
+            if not still_active:
+                for p in proposals:
+                    self._safely(lambda t=tuner, n=p.trial_number: abandon(t, n))
+        if tuner.exhausted:
+            self._settle(job.id, now)
+
+    def _room(self, job: JobRecord) -> int:
+        """How many Triton candidates the job's window and trial budget still allow."""
+        with self.db.read_session() as s:
+            counts = cands.job_counts(s, job.id)
+        n = self.settings.window - counts.outstanding
+        if job.max_trials is not None:
+            n = min(n, job.max_trials - counts.triton_created)
+        return n
+
+    def _settle(self, job_id: int, now: datetime) -> None:
+        """Stop a job whose time is up; finish it once its search is over and nothing is out."""
+        with self.db.session() as s:
+            job = jobs.get_job(s, job_id, lock=True)
+            if job is None or job.status != JobStatus.RUNNING:
+                return
+            time_up = self._time_up(job, now)
+            dropped: list[CandidateRecord] = []
+            if time_up:
+                dropped = [c for c in cands.job_candidates(s, job_id)
+                           if c.status == CandidateStatus.PENDING]
+                cands.cancel_outstanding(s, job_id, "time budget exhausted",
+                                         (CandidateStatus.PENDING.value,))
+            counts = cands.job_counts(s, job_id)
+            triton = TRITON in (job.bound_backends or ())
+            search_over = (not triton or job.search_exhausted or time_up
+                           or (job.max_trials is not None
+                               and counts.triton_terminal >= job.max_trials))
+            if search_over and counts.outstanding == 0:
+                if counts.ok > 0:
+                    jobs.finish_job(s, job_id, JobStatus.DONE, now)
+                else:
+                    reasons = Counter((c.failure_reason or c.status)[:120]
+                                      for c in cands.job_candidates(s, job_id)
+                                      if c.status == CandidateStatus.FAILED)
+                    summary = "; ".join(f"{r} (x{n})" for r, n in reasons.most_common(3))
+                    jobs.finish_job(s, job_id, JobStatus.FAILED, now,
+                                    f"no candidate ran ok: {summary or 'none was measured'}")
+        self._abandon(job, dropped)
+
+    def _abandon(self, job: JobRecord, dropped: Iterable[CandidateRecord]) -> None:
+        trials = [c.trial_number for c in dropped if c.trial_number is not None]
+        if trials and job.bound_gpu is not None:
+            def close(t: Tuner) -> None:
+                for n in trials:
+                    abandon(t, n)
+            self._with_tuner(job, job.bound_gpu, close)
+
+    def _with_tuner(self, job: JobRecord, gpu_model: str, fn: Callable[[Tuner], None]) -> None:
+        """Run ``fn`` on the job's tuner; a failure is logged, never lost data (the measurement
+        is already committed, and the study only misses one result)."""
+        problem = GemmProblem.from_dict(job.problem)
+        with self.db.read_session() as s:
+            worker = workers.latest_of_model(s, gpu_model)
+        limits = (limits_for(worker.device.get("mode", ""),
+                             int(worker.device.get("smem_per_block", 0)))
+                  if worker is not None else DeviceLimits())
+        with self.tuners.use(problem, gpu_model, limits, job.seed) as tuner:
+            self._safely(lambda: fn(tuner))
+
+    @staticmethod
+    def _safely(fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:  # the tuner is advisory; the database already holds the truth
+            log.exception("telling the tuner failed")
+
+
+def _rejection(cand: CandidateRecord | None, worker_id: int, lease_id: str) -> str | None:
+    if cand is None:
+        return "unknown candidate"
+    if cand.lease_id != lease_id or cand.worker_id != worker_id:
+        return f"candidate {cand.id} is not leased to worker {worker_id} under lease {lease_id}"
+    if cand.status in (CandidateStatus.LEASED, CandidateStatus.CANCELLED):
+        return None  # a cancelled candidate's measurement is still worth keeping
+    if (cand.failure_reason or "").startswith("lease expired"):
+        return f"candidate {cand.id}: {cand.failure_reason}"
+    return f"candidate {cand.id} already reported"
+
+
+def _failure(m: Measurement) -> str:
+    return f"{m.status}: {m.error}" if m.error else str(m.status)

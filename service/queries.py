@@ -1,0 +1,37 @@
+"""Read-only answers that need more than one repository call: the best configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from db import jobs, measurements
+from db.engine import Database
+from db.records import MeasurementRecord, ProblemRecord
+from search.types import Backend, GemmProblem
+from service.errors import NotFound
+
+
+@dataclass(frozen=True)
+class BestAnswer:
+    problem: ProblemRecord
+    gpu_model: str
+    best: MeasurementRecord
+    library: MeasurementRecord | None
+
+
+def find_best(db: Database, problem: GemmProblem, gpu: str | None) -> BestAnswer:
+    """The fastest ok measurement of ``problem`` on ``gpu`` (default: the GPU model with the
+    latest ok measurement, real GPUs before the interpreter), with the library's best."""
+    with db.read_session() as s:
+        record = jobs.find_problem(s, problem.key())
+        gpu_model = gpu
+        if record is not None and gpu_model is None:
+            gpu_model = measurements.latest_gpu(s, record.id)
+        best = (measurements.problem_best(s, record.id, gpu_model)
+                if record is not None and gpu_model is not None else None)
+        if record is None or best is None or gpu_model is None:
+            where = gpu or "any GPU"
+            raise NotFound(f"no measurements for gemm {problem.describe()} "
+                           f"({problem.key()}) on {where}: submit a job with POST /v1/jobs")
+        library = measurements.problem_best(s, record.id, gpu_model, Backend.CUBLAS.value)
+        return BestAnswer(record, gpu_model, best, library)

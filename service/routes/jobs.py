@@ -1,0 +1,47 @@
+"""``/v1/jobs``: submit, follow, list and cancel tuning jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from search.types import ProblemError
+from service.deps import FlowDep, PagingDep, SettingsDep
+from service.errors import InvalidInput
+from service.schemas import MAX_ID, JobIn, JobList, JobOut
+from service.views import job_out
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
+
+
+@router.post("", status_code=201, response_model=JobOut)
+def submit_job(body: JobIn, flow: FlowDep, settings: SettingsDep) -> JobOut:
+    try:
+        problem = body.problem.to_problem()
+    except ProblemError as exc:
+        raise InvalidInput(["body", "problem", exc.field], exc.message) from exc
+    budget = body.budget
+    max_trials = budget.max_trials if budget else settings.default_max_trials
+    state = flow.submit_job(problem, max_trials=max_trials,
+                            max_seconds=budget.max_seconds if budget else None,
+                            backends=body.backends, gpu=body.gpu, seed=body.seed)
+    return job_out(state)
+
+
+@router.get("", response_model=JobList)
+def list_jobs(flow: FlowDep, page: PagingDep) -> JobList:
+    states, total = flow.list_jobs(page.limit, page.offset)
+    return JobList(items=[job_out(s) for s in states], total=total, limit=page.limit,
+                   offset=page.offset)
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def get_job(job_id: JobId, flow: FlowDep) -> JobOut:
+    return job_out(flow.job_state(job_id))
+
+
+@router.post("/{job_id}/cancel", response_model=JobOut)
+def cancel_job(job_id: JobId, flow: FlowDep) -> JobOut:
+    return job_out(flow.cancel_job(job_id))

@@ -1,0 +1,56 @@
+"""``/v1/workers``: register, lease candidates, renew leases, report measurements."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from search.types import Device, Measurement
+from service.deps import FlowDep, WorkerAuth
+from service.schemas import (
+    MAX_ID,
+    LeaseIn,
+    LeaseOut,
+    RegisterIn,
+    RegisterOut,
+    RejectedOut,
+    RenewOut,
+    ReportIn,
+    ReportOut,
+)
+
+router = APIRouter(prefix="/v1/workers", tags=["workers"], dependencies=[WorkerAuth])
+WorkerId = Annotated[int, Path(ge=1, le=MAX_ID)]
+LeaseId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$")]
+
+
+@router.post("/register", response_model=RegisterOut)
+def register(body: RegisterIn, flow: FlowDep) -> RegisterOut:
+    device = Device.from_dict(body.device.model_dump())
+    worker = flow.register_worker(body.name, device)
+    return RegisterOut(worker_id=worker.id, gpu_model=worker.gpu_model)
+
+
+@router.post("/{worker_id}/lease", response_model=LeaseOut)
+def lease(worker_id: WorkerId, flow: FlowDep, body: LeaseIn | None = None) -> LeaseOut:
+    grant = flow.lease(worker_id, (body or LeaseIn()).max_candidates)
+    return LeaseOut(lease_id=grant.lease_id, expires_at=grant.expires_at,
+                    lease_seconds=grant.lease_seconds,
+                    candidates=[c.to_dict() | {"attempts": a}
+                                for c, a in zip(grant.candidates, grant.attempts, strict=True)])
+
+
+@router.post("/{worker_id}/leases/{lease_id}/renew", response_model=RenewOut,
+             responses={410: {"description": "the lease expired; its candidates went back"}})
+def renew(worker_id: WorkerId, lease_id: LeaseId, flow: FlowDep) -> RenewOut:
+    return RenewOut(lease_id=lease_id, expires_at=flow.renew(worker_id, lease_id))
+
+
+@router.post("/{worker_id}/report", response_model=ReportOut)
+def report(worker_id: WorkerId, body: ReportIn, flow: FlowDep) -> ReportOut:
+    results = [(r.candidate_id, Measurement.from_dict(r.measurement.model_dump()))
+               for r in body.results]
+    outcome = flow.report(worker_id, body.lease_id, results)
+    return ReportOut(accepted=outcome.accepted,
+                     rejected=[RejectedOut(candidate_id=c, reason=r) for c, r in outcome.rejected])

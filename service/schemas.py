@@ -1,0 +1,315 @@
+"""HTTP request and response models (pydantic lives at the edges only).
+
+Every input is bounded: integers have ranges, floats must be finite, strings have lengths and no
+NUL characters (Postgres rejects them), so nothing a client sends reaches the database in a
+shape it cannot store.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from search.types import GemmProblem, Status
+
+MAX_DIM = 2**31 - 1
+MAX_ID = 2**63 - 1
+MAX_SECONDS = 30 * 24 * 3600.0
+BACKENDS = ("cublas", "triton")
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
+
+
+def _clean_json(value: Any) -> Any:
+    """Worker-supplied JSON made storable: non-finite numbers become null, NULs are dropped."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, dict):
+        return {str(k).replace("\x00", ""): _clean_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean_json(v) for v in value]
+    return value
+
+
+def _finite_or_none(value: Any) -> Any:
+    """A timing or error that came out as NaN/inf (a broken kernel) is stored as unknown."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _truncate(value: str | None) -> str | None:
+    return value.replace("\x00", "")[:20_000] if value is not None else None
+
+
+Text = Annotated[str, AfterValidator(_no_nul)]
+Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nul)]
+Dim = Annotated[int, Field(strict=True, le=MAX_DIM)]
+Id = Annotated[int, Field(strict=True, ge=1, le=MAX_ID)]
+#: A measured quantity: non-negative; NaN or infinity (a broken kernel) arrives as null.
+Measure = Annotated[Annotated[float, Field(ge=0)] | None, BeforeValidator(_finite_or_none)]
+Duration = Annotated[Annotated[float, Field(gt=0)] | None, BeforeValidator(_finite_or_none)]
+Backend = Literal["cublas", "triton"]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- jobs ---------------------------------------------------------------------------------------
+class ProblemIn(_In):
+    """A GEMM problem as a client sends it; rules beyond types are ``GemmProblem``'s."""
+
+    kind: Literal["gemm"] = "gemm"
+    m: Dim
+    n: Dim
+    k: Dim
+    batch: Dim = 1
+    dtype: Annotated[Text, Field(max_length=32)] = "bf16"
+    out_dtype: Annotated[Text, Field(max_length=32)] | None = None
+    acc_dtype: Annotated[Text, Field(max_length=32)] = "fp32"
+    layout_a: Annotated[Text, Field(max_length=32)] = "row"
+    layout_b: Annotated[Text, Field(max_length=32)] = "row"
+
+    def to_problem(self) -> GemmProblem:
+        """Raises ``ProblemError`` naming the field that breaks a rule."""
+        return GemmProblem.from_dict(self.model_dump(exclude={"kind"}))
+
+
+class BudgetIn(_In):
+    max_trials: Annotated[int, Field(strict=True, ge=1, le=10_000)] | None = None
+    max_seconds: Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)] | None = None
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> BudgetIn:
+        if self.max_trials is None and self.max_seconds is None:
+            raise ValueError("budget needs max_trials and/or max_seconds")
+        return self
+
+
+class JobIn(_In):
+    problem: ProblemIn
+    budget: BudgetIn | None = None
+    backends: list[Backend] = Field(default_factory=lambda: list(BACKENDS), min_length=1,
+                                    max_length=8)
+    gpu: Name | None = None
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
+
+
+class MeasurementOut(BaseModel):
+    backend: str
+    config: dict[str, Any]
+    median_us: float
+    p20_us: float | None
+    p80_us: float | None
+    tflops: float
+    candidate_id: int | None
+    measurement_id: int
+    measured_at: datetime
+
+
+class ProgressOut(BaseModel):
+    trials_done: int
+    trials_budget: int | None
+    elapsed_s: float | None
+    outstanding: int
+
+
+class BudgetOut(BaseModel):
+    max_trials: int | None
+    max_seconds: float | None
+
+
+class JobOut(BaseModel):
+    id: int
+    status: str
+    problem_id: int
+    problem_key: str
+    problem: dict[str, Any]
+    budget: BudgetOut
+    backends: list[str]
+    target_gpu: str | None
+    gpu: str | None = Field(description="the GPU model the job is bound to (first lease)")
+    seed: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    progress: ProgressOut
+    best: MeasurementOut | None
+    library_best: MeasurementOut | None
+    custom_best: MeasurementOut | None
+    speedup: float | None = Field(description="library_best median / best median")
+    error: str | None
+
+
+class Page(BaseModel):
+    total: int
+    limit: int
+    offset: int
+
+
+class JobList(Page):
+    items: list[JobOut]
+
+
+# -- best, problems, trials ---------------------------------------------------------------------
+class LibraryOut(BaseModel):
+    backend: str
+    config: dict[str, Any]
+    median_us: float
+    p20_us: float | None
+    p80_us: float | None
+    tflops: float
+    candidate_id: int | None
+
+
+class BestOut(BaseModel):
+    backend: str
+    config: dict[str, Any]
+    median_us: float
+    p20_us: float | None
+    p80_us: float | None
+    tflops: float
+    gpu: str
+    measured_at: datetime
+    problem_key: str
+    problem_id: int
+    candidate_id: int | None
+    library: LibraryOut | None
+    speedup: float | None
+
+
+class ProblemOut(BaseModel):
+    id: int
+    key: str
+    kind: str
+    problem: dict[str, Any]
+    created_at: datetime
+    measurements: int
+
+
+class ProblemList(Page):
+    items: list[ProblemOut]
+
+
+class TrialOut(BaseModel):
+    id: int
+    candidate_id: int | None
+    job_id: int | None
+    trial_number: int | None
+    backend: str
+    config: dict[str, Any]
+    status: str
+    median_us: float | None
+    p20_us: float | None
+    p80_us: float | None
+    tflops: float | None
+    reps: int
+    rel_error: float | None
+    compile_s: float | None
+    bench_s: float | None
+    error: str | None
+    gpu: str
+    worker_id: int | None
+    created_at: datetime
+
+
+class TrialList(Page):
+    items: list[TrialOut]
+
+
+# -- workers ------------------------------------------------------------------------------------
+class DeviceIn(BaseModel):
+    """``search.types.Device`` on the wire; unknown fields are ignored (newer workers)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    gpu_model: Name
+    mode: Literal["cuda", "interpreter"]
+    sm_count: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    cc: Annotated[Text, Field(max_length=32)] = ""
+    smem_per_block: Annotated[int, Field(ge=0, le=2**40)] = 0
+    memory_bytes: Annotated[int, Field(ge=0, le=2**60)] = 0
+    driver: Annotated[Text, Field(max_length=100)] = ""
+    cuda: Annotated[Text, Field(max_length=100)] = ""
+    torch: Annotated[Text, Field(max_length=100)] = ""
+    triton: Annotated[Text, Field(max_length=100)] = ""
+    backends: list[Backend] = Field(default_factory=lambda: list(BACKENDS), max_length=8)
+
+
+class RegisterIn(_In):
+    name: Name
+    device: DeviceIn
+
+
+class RegisterOut(BaseModel):
+    worker_id: int
+    gpu_model: str
+
+
+class LeaseIn(_In):
+    max_candidates: Annotated[int, Field(strict=True, ge=1, le=64)] = 8
+
+
+class LeaseOut(BaseModel):
+    lease_id: str | None
+    expires_at: datetime | None
+    lease_seconds: float
+    candidates: list[dict[str, Any]]
+
+
+class RenewOut(BaseModel):
+    lease_id: str
+    expires_at: datetime
+
+
+class MeasurementIn(BaseModel):
+    """``search.types.Measurement`` on the wire."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    status: Status
+    median_us: Duration = None
+    p20_us: Measure = None
+    p80_us: Measure = None
+    reps: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    rel_error: Measure = None
+    compile_s: Measure = None
+    bench_s: Measure = None
+    error: Annotated[str | None, AfterValidator(_truncate)] = None
+    env: Annotated[dict[str, Any], AfterValidator(_clean_json)] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _ok_has_time(self) -> MeasurementIn:
+        if self.status == Status.OK and self.median_us is None:
+            raise ValueError("a measurement with status ok needs median_us")
+        return self
+
+
+class ResultIn(_In):
+    candidate_id: Id
+    measurement: MeasurementIn
+
+
+class ReportIn(_In):
+    lease_id: Annotated[Text, Field(min_length=1, max_length=64)]
+    results: list[ResultIn] = Field(max_length=256)
+
+
+class RejectedOut(BaseModel):
+    candidate_id: int
+    reason: str
+
+
+class ReportOut(BaseModel):
+    accepted: list[int]
+    rejected: list[RejectedOut]

@@ -1,0 +1,33 @@
+"""Settings of the API process (environment prefix ``KS_``), read through ``get_settings()``."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServiceSettings(BaseSettings):
+    """How the API stores its data and hands out work."""
+
+    model_config = SettingsConfigDict(env_prefix="KS_", extra="ignore")
+
+    database_url: str = Field(
+        "sqlite:///kernelsearch.db",
+        description="SQLAlchemy URL; Optuna's studies live in the same database")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    lease_seconds: float = Field(120.0, gt=0, description="a lease expires unless renewed")
+    max_attempts: int = Field(3, ge=1, description="expired leases before a candidate fails")
+    window: int = Field(16, ge=1, le=1024, description="outstanding candidates per job")
+    worker_token: str | None = Field(
+        None, description="if set, worker endpoints require 'Authorization: Bearer <token>'")
+    max_problem_bytes: int = Field(64 << 30, ge=1, description="operand bytes a job may need")
+    default_max_trials: int = Field(64, ge=1, le=10_000)
+    migrate_on_startup: bool = Field(True, description="run 'alembic upgrade head' at startup")
+
+
+@lru_cache
+def get_settings() -> ServiceSettings:
+    return ServiceSettings()

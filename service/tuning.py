@@ -1,0 +1,98 @@
+"""The seam between the service and the optimizer: a ``Tuner`` per (problem, GPU model).
+
+``TunerPool`` builds tuners through an injectable factory (the real one is
+``search.optimizer.GemmTuner``; tests pass fakes), keeps one per (problem, GPU model) in this
+process, and serialises the calls made on each: Optuna's study is the state, so a tuner may be
+rebuilt at any time (after a restart, in another API replica) and carry on.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from search.constraints import DeviceLimits
+from search.types import GemmProblem, Measurement
+
+
+class ProposalLike(Protocol):
+    trial_number: int
+    config: dict[str, Any]
+
+
+class Tuner(Protocol):
+    """What the service needs from ``search.optimizer.GemmTuner``."""
+
+    exhausted: bool
+
+    def propose(self, n: int, known: Callable[[dict[str, Any]], Measurement | None]
+                ) -> list[Any]: ...
+
+    def record(self, trial_number: int, measurement: Measurement) -> None: ...
+
+
+#: ``(storage_url, problem, gpu_model, limits, seed) -> Tuner``
+TunerFactory = Callable[[str, GemmProblem, str, DeviceLimits, int], Tuner]
+
+
+def optuna_tuner(storage_url: str, problem: GemmProblem, gpu_model: str, limits: DeviceLimits,
+                 seed: int) -> Tuner:
+    """The real tuner: an Optuna study in the service's own database."""
+    from search.optimizer import GemmTuner
+
+    return GemmTuner(storage_url, problem, gpu_model, limits, seed=seed)
+
+
+def abandon(tuner: Tuner, trial_number: int) -> None:
+    """Close a trial whose candidate was cancelled unmeasured, so its config may come back.
+
+    Uses ``tuner.abandon`` where the tuner has one; else fails the trial in the Optuna study.
+    """
+    method = getattr(tuner, "abandon", None)
+    if method is not None:
+        method(trial_number)
+        return
+    study = getattr(tuner, "study", None)
+    if study is None:
+        return
+    from optuna.trial import TrialState
+
+    trial = study.get_trials(deepcopy=False)[trial_number]
+    if trial.state == TrialState.RUNNING:
+        study.tell(trial_number, state=TrialState.FAIL)
+
+
+class TunerPool:
+    """One tuner per (problem key, GPU model) and a lock around each one's use."""
+
+    def __init__(self, storage_url: str, factory: TunerFactory = optuna_tuner) -> None:
+        self.storage_url = storage_url
+        self._factory = factory
+        self._tuners: dict[tuple[str, str], Tuner] = {}
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    @contextmanager
+    def use(self, problem: GemmProblem, gpu_model: str, limits: DeviceLimits,
+            seed: int) -> Iterator[Tuner]:
+        """The tuner of ``problem`` on ``gpu_model``, held exclusively inside the block."""
+        key = (problem.key(), gpu_model)
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            tuner = self._tuners.get(key)
+            if tuner is None:
+                tuner = self._factory(self.storage_url, problem, gpu_model, limits, seed)
+                self._tuners[key] = tuner
+            yield tuner
+
+    def close(self) -> None:
+        with self._guard:
+            tuners = list(self._tuners.values())
+            self._tuners.clear()
+        for tuner in tuners:
+            close = getattr(tuner, "close", None)
+            if close is not None:
+                close()

@@ -1,0 +1,80 @@
+"""Records and flow results turned into response models."""
+
+from __future__ import annotations
+
+from db.records import MeasurementRecord, ProblemRecord
+from search.types import GemmProblem
+from service.flow import JobState
+from service.queries import BestAnswer
+from service.schemas import (
+    BestOut,
+    BudgetOut,
+    JobOut,
+    LibraryOut,
+    MeasurementOut,
+    ProblemOut,
+    ProgressOut,
+    TrialOut,
+)
+
+
+def measurement_out(m: MeasurementRecord | None, problem: GemmProblem) -> MeasurementOut | None:
+    if m is None or m.median_us is None:
+        return None
+    return MeasurementOut(backend=m.backend, config=m.config, median_us=m.median_us,
+                          p20_us=m.p20_us, p80_us=m.p80_us, tflops=problem.tflops(m.median_us),
+                          candidate_id=m.candidate_id, measurement_id=m.id,
+                          measured_at=m.created_at)
+
+
+def job_out(state: JobState) -> JobOut:
+    job, counts = state.job, state.counts
+    problem = GemmProblem.from_dict(job.problem)
+    elapsed = None
+    if job.started_at is not None:
+        end = job.finished_at or state.now
+        elapsed = max(0.0, (end - job.started_at).total_seconds())
+    best = measurement_out(state.best, problem)
+    library = measurement_out(state.library_best, problem)
+    speedup = (library.median_us / best.median_us) if best and library else None
+    return JobOut(
+        id=job.id, status=job.status, problem_id=job.problem_id, problem_key=job.problem_key,
+        problem=job.problem, budget=BudgetOut(max_trials=job.max_trials,
+                                              max_seconds=job.max_seconds),
+        backends=list(job.backends), target_gpu=job.target_gpu, gpu=job.bound_gpu, seed=job.seed,
+        created_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at,
+        progress=ProgressOut(trials_done=counts.triton_terminal, trials_budget=job.max_trials,
+                             elapsed_s=elapsed, outstanding=counts.outstanding),
+        best=best, library_best=library, custom_best=measurement_out(state.custom_best, problem),
+        speedup=speedup, error=job.error)
+
+
+def best_out(answer: BestAnswer) -> BestOut:
+    problem = GemmProblem.from_dict(answer.problem.spec)
+    b, lib = answer.best, answer.library
+    assert b.median_us is not None
+    library = None
+    if lib is not None and lib.median_us is not None:
+        library = LibraryOut(backend=lib.backend, config=lib.config, median_us=lib.median_us,
+                             p20_us=lib.p20_us, p80_us=lib.p80_us,
+                             tflops=problem.tflops(lib.median_us), candidate_id=lib.candidate_id)
+    return BestOut(backend=b.backend, config=b.config, median_us=b.median_us, p20_us=b.p20_us,
+                   p80_us=b.p80_us, tflops=problem.tflops(b.median_us), gpu=answer.gpu_model,
+                   measured_at=b.created_at, problem_key=answer.problem.key,
+                   problem_id=answer.problem.id, candidate_id=b.candidate_id, library=library,
+                   speedup=library.median_us / b.median_us if library else None)
+
+
+def problem_out(p: ProblemRecord, n_measurements: int) -> ProblemOut:
+    return ProblemOut(id=p.id, key=p.key, kind=p.kind, problem=p.spec, created_at=p.created_at,
+                      measurements=n_measurements)
+
+
+def trial_out(m: MeasurementRecord, trial_number: int | None, problem: GemmProblem) -> TrialOut:
+    return TrialOut(
+        id=m.id, candidate_id=m.candidate_id, job_id=m.job_id, trial_number=trial_number,
+        backend=m.backend, config=m.config, status=m.status, median_us=m.median_us,
+        p20_us=m.p20_us, p80_us=m.p80_us,
+        tflops=problem.tflops(m.median_us) if m.median_us else None, reps=m.reps,
+        rel_error=m.rel_error, compile_s=m.compile_s, bench_s=m.bench_s, error=m.error,
+        gpu=m.gpu_model, worker_id=m.worker_id, created_at=m.created_at)

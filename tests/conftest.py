@@ -1,0 +1,187 @@
+"""Shared fixtures: a database URL per storage (SQLite file, Postgres) and the API over it.
+
+``database_url`` is parametrised like Optuna's storage contract suite: every test that takes it
+runs on SQLite and on Postgres. The Postgres database is reset before each test and the test is
+skipped (with the reason) when the server does not answer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from search.constraints import DeviceLimits
+from search.types import GemmProblem, Measurement
+from service.app import create_app
+from service.settings import ServiceSettings
+from service.tuning import TunerFactory
+
+POSTGRES_URL = os.environ.get("KS_TEST_POSTGRES_URL",
+                              "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+_postgres_down: list[str] = []
+
+
+def _reset_postgres(url: str) -> None:
+    import psycopg
+
+    if _postgres_down:
+        pytest.skip(_postgres_down[0])
+    dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
+            conn.execute("DROP SCHEMA public CASCADE")
+            conn.execute("CREATE SCHEMA public")
+    except psycopg.OperationalError as exc:
+        _postgres_down.append(f"PostgreSQL at {url} is unreachable ({exc}); "
+                              "set KS_TEST_POSTGRES_URL or start the server")
+        pytest.skip(_postgres_down[0])
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'kernelsearch.db'}"
+    else:
+        _reset_postgres(POSTGRES_URL)
+        url = POSTGRES_URL
+    yield url
+    _release_optuna_storages()
+
+
+def _release_optuna_storages() -> None:
+    """search.optimizer keeps one Optuna storage per URL and process; between tests the schema
+    is dropped, so the cached storage must go (and its pooled connections with it)."""
+    from search.optimizer import close_storages
+
+    close_storages()
+
+
+@pytest.fixture
+def release_optuna() -> Callable[[], None]:
+    """Forget this process's Optuna storages, as a restarted service would."""
+    return _release_optuna_storages
+
+
+# -- fakes --------------------------------------------------------------------------------------
+@dataclass
+class FakeClock:
+    """Injectable time: tests move it forward instead of sleeping."""
+
+    now: datetime = field(default_factory=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@dataclass(frozen=True)
+class FakeProposal:
+    trial_number: int
+    config: dict[str, Any]
+
+
+class FakeTuner:
+    """FAKE stand-in for ``search.optimizer.GemmTuner``: proposes ``configs`` in order, skips the
+    ones ``known`` has a measurement for, and remembers what it was told."""
+
+    def __init__(self, configs: list[dict[str, Any]]) -> None:
+        self.configs = configs
+        self.exhausted = False
+        self.trials = 0
+        self._next = 0
+        self.recorded: dict[int, Measurement] = {}
+        self.abandoned: list[int] = []
+
+    def propose(self, n: int, known: Callable[[dict[str, Any]], Measurement | None]
+                ) -> list[FakeProposal]:
+        out: list[FakeProposal] = []
+        while len(out) < n and self._next < len(self.configs):
+            config, number = self.configs[self._next], self.trials
+            self._next += 1
+            self.trials += 1
+            previous = known(config)
+            if previous is not None:
+                self.recorded[number] = previous
+                continue
+            out.append(FakeProposal(number, config))
+        self.exhausted = len(out) < n
+        return out
+
+    def record(self, trial_number: int, measurement: Measurement) -> None:
+        self.recorded[trial_number] = measurement
+
+    def abandon(self, trial_number: int) -> None:
+        self.abandoned.append(trial_number)
+
+
+#: FAKE Triton configurations (the fake tuner hands these out; no GPU ever runs them).
+FAKE_CONFIGS = [{"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "SPLIT_K": 1,
+                 "num_warps": 4, "num_stages": s, "fake": i} for i, s in
+                enumerate([2, 3, 4, 5, 6] * 8)]
+
+
+@dataclass
+class FakeTuners:
+    """The fake tuner factory and every tuner it built, keyed by (problem key, GPU model)."""
+
+    configs: list[dict[str, Any]] = field(default_factory=lambda: list(FAKE_CONFIGS))
+    built: dict[tuple[str, str], FakeTuner] = field(default_factory=dict)
+
+    def __call__(self, url: str, problem: GemmProblem, gpu_model: str, limits: DeviceLimits,
+                 seed: int) -> FakeTuner:
+        tuner = self.built.setdefault((problem.key(), gpu_model), FakeTuner(self.configs))
+        return tuner
+
+
+# -- the API ------------------------------------------------------------------------------------
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def fake_tuners() -> FakeTuners:
+    return FakeTuners()
+
+
+@pytest.fixture
+def settings(database_url: str) -> ServiceSettings:
+    return ServiceSettings(database_url=database_url, lease_seconds=60, window=4,
+                           max_attempts=3, default_max_trials=8)
+
+
+@pytest.fixture
+def make_app(clock: FakeClock, fake_tuners: FakeTuners) -> Iterator[Callable[..., FastAPI]]:
+    """Builds apps (fake tuner and clock unless told otherwise) and closes them afterwards."""
+    apps: list[FastAPI] = []
+
+    def make(settings: ServiceSettings, tuner_factory: TunerFactory | None = None,
+             real_clock: bool = False) -> FastAPI:
+        app = create_app(settings, tuner_factory=tuner_factory or fake_tuners,
+                         clock=None if real_clock else clock)
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        app.state.flow.close()
+
+
+@pytest.fixture
+def app(make_app: Callable[..., FastAPI], settings: ServiceSettings) -> FastAPI:
+    return make_app(settings)
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(app) as test_client:
+        yield test_client

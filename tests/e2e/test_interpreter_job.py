@@ -1,0 +1,45 @@
+"""A whole job through the real service, real HTTP and a real worker on the Triton interpreter.
+
+Nothing is faked: the service runs under uvicorn on a loopback port, the worker leases over
+HTTP, runs each candidate in its spawned child (TRITON_INTERPRET=1) and reports; the job's best
+configuration must then be served by GET /v1/best. Runs against SQLite and Postgres.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from search.types import INTERPRETER_GPU
+from service.settings import ServiceSettings
+from workers.local import run_tuning
+
+pytestmark = pytest.mark.slow
+
+
+def test_interpreter_job_end_to_end(database_url: str) -> None:
+    problem = {"kind": "gemm", "m": 64, "n": 48, "k": 80, "dtype": "fp16"}
+    settings = ServiceSettings(database_url=database_url, lease_seconds=60)
+    seen: list[dict] = []
+    result = run_tuning(problem, {"max_trials": 3}, database_url=database_url, interpret=True,
+                        batch=2, settings=settings, on_progress=seen.append, poll_s=0.2)
+    job = result.job
+    assert job["status"] == "done", job
+    assert job["progress"]["trials_done"] == 3
+    assert result.gpu_model == INTERPRETER_GPU == job["gpu"]
+    assert job["library_best"]["backend"] == "cublas"
+    assert job["custom_best"]["backend"] == "triton"
+    assert job["best"]["median_us"] == min(job["library_best"]["median_us"],
+                                           job["custom_best"]["median_us"])
+    assert seen and seen[-1]["status"] == "done"
+    best = result.best
+    assert best is not None and best["gpu"] == INTERPRETER_GPU
+    assert best["backend"] == job["best"]["backend"]
+    assert best["median_us"] == pytest.approx(job["best"]["median_us"])
+
+    # A second job for the same shape reuses the problem row and never re-measures a config.
+    again = run_tuning(problem, {"max_trials": 2}, database_url=database_url, interpret=True,
+                       batch=2, settings=settings, poll_s=0.2)
+    assert again.job["status"] == "done"
+    assert again.job["problem_id"] == job["problem_id"]
+    cfgs = [c for c in (job["custom_best"]["config"], again.job["custom_best"]["config"])]
+    assert all(set(c) >= {"BLOCK_M", "SPLIT_K"} for c in cfgs)

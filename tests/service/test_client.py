@@ -1,0 +1,91 @@
+"""``service.client.KernelSearchClient``: the calls against the real app, retries on fakes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from service.client import KernelSearchClient, KernelSearchConnectionError, KernelSearchError
+
+
+def test_client_round_trip(client: TestClient, driver: Any) -> None:
+    api = KernelSearchClient("http://testserver", http_client=client)
+    problem = {"kind": "gemm", "m": 256, "n": 256, "k": 256, "dtype": "bf16"}
+    job = api.submit_job(problem, budget={"max_trials": 1}, backends=["cublas", "triton"],
+                         seed=3)
+    assert job["status"] == "queued" and job["seed"] == 3
+    assert api.get_job(job["id"])["id"] == job["id"]
+    assert api.list_jobs(limit=1)["items"][0]["id"] == job["id"]
+    assert api.best(m=256, n=256, k=256, dtype="bf16") is None
+    worker = api.register_worker("w", driver.device())
+    grant = api.lease(worker["worker_id"], 8)
+    assert grant["lease_seconds"] == 60 and len(grant["candidates"]) == 2
+    assert api.renew(worker["worker_id"], grant["lease_id"])["expires_at"]
+    results = [{"candidate_id": c["id"], "measurement": driver.fake_ok(20.0 + i)}
+               for i, c in enumerate(grant["candidates"])]
+    assert len(api.report(worker["worker_id"], grant["lease_id"], results)["accepted"]) == 2
+    best = api.best(m=256, n=256, k=256, dtype="bf16", gpu=None)
+    assert best is not None and best["median_us"] == 20.0
+    assert api.problems()["total"] == 1
+    assert api.trials(job["problem_id"], limit=1)["total"] == 2
+    assert api.get_job(job["id"])["status"] == "done"
+    with pytest.raises(KernelSearchError) as err:
+        api.cancel_job(job["id"])
+    assert err.value.status_code == 409 and "already done" in str(err.value)
+    with pytest.raises(KernelSearchError) as err:
+        api.submit_job({**problem, "dtype": "int4"})
+    assert err.value.status_code == 422 and "problem.dtype" in str(err.value)
+
+
+def _scripted(statuses: list[int | Exception]) -> tuple[httpx.MockTransport, list[str]]:
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        step = statuses.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return httpx.Response(step, json={"detail": f"status {step}"} if step >= 400 else {})
+
+    return httpx.MockTransport(handler), calls
+
+
+def test_retries_5xx_429_and_connection_errors() -> None:
+    sleeps: list[float] = []
+    transport, calls = _scripted([httpx.ConnectError("refused"), 503, 429, 200])
+    api = KernelSearchClient("http://x", transport=transport, retries=3, sleep=sleeps.append)
+    assert api.get_job(1) == {}
+    assert len(calls) == 4 and sleeps == [0.5, 1.0, 2.0]
+
+
+def test_4xx_raises_at_once_and_gives_up_after_retries() -> None:
+    transport, calls = _scripted([404])
+    api = KernelSearchClient("http://x", transport=transport, sleep=lambda s: None)
+    with pytest.raises(KernelSearchError) as err:
+        api.get_job(1)
+    assert err.value.status_code == 404 and err.value.detail == "status 404" and len(calls) == 1
+    transport, calls = _scripted([500, 500, 500])
+    api = KernelSearchClient("http://x", transport=transport, retries=2, sleep=lambda s: None)
+    with pytest.raises(KernelSearchError) as err:
+        api.get_job(1)
+    assert err.value.status_code == 500 and len(calls) == 3
+    transport, _ = _scripted([httpx.ReadTimeout("slow")] * 2)
+    api = KernelSearchClient("http://x", transport=transport, retries=1, sleep=lambda s: None)
+    with pytest.raises(KernelSearchConnectionError) as conn:
+        api.get_job(1)
+    assert isinstance(conn.value, OSError) and conn.value.status_code == 503
+
+
+def test_token_header_is_sent() -> None:
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization"))
+        return httpx.Response(200, json={"worker_id": 1, "gpu_model": "G"})
+
+    api = KernelSearchClient("http://x/", token="t0k", transport=httpx.MockTransport(handler))
+    api.register_worker("w", {"gpu_model": "G", "mode": "cuda"})
+    assert seen == ["Bearer t0k"]

@@ -1,0 +1,29 @@
+"""Settings of a worker process (environment prefix ``KS_``)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WorkerSettings(BaseSettings):
+    """How a worker finds the service and how it runs candidates."""
+
+    model_config = SettingsConfigDict(env_prefix="KS_", extra="ignore")
+
+    url: str = Field("http://127.0.0.1:8000", description="base URL of the service")
+    worker_token: str | None = Field(None, description="bearer token the service expects")
+    worker_name: str | None = Field(None, description="name shown in the service (default: host)")
+    batch: int = Field(8, ge=1, le=64, description="candidates leased at a time")
+    candidate_timeout_s: float = Field(180.0, gt=0, description="per-candidate limit")
+    poll_s: float = Field(1.0, gt=0, description="wait between empty leases")
+    interpret: bool | None = Field(
+        None, description="run Triton in its CPU interpreter (default: when there is no GPU)")
+    compile_workers: int = Field(0, ge=0, description="parallel compile processes (0: auto)")
+
+
+@lru_cache
+def get_worker_settings() -> WorkerSettings:
+    return WorkerSettings()
