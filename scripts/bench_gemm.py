@@ -18,6 +18,7 @@ import json
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,11 +67,16 @@ def side_by_side(problem: GemmProblem, configs: dict[str, Candidate | None], rou
         info[f"{name}_rel_error"] = err
         if not err <= tolerance(problem):
             raise RuntimeError(f"{name} is wrong on {problem.describe()}: rel error {err:.2e}")
-    bench = EventBench()
+    # The default (read) flush leaves L2 clean; the write flush of triton.testing.do_bench
+    # leaves it dirty. Both are reported for cuBLAS and Triton, to show what the method costs.
+    bench, bench_w = EventBench(), EventBench(flush_mode="write")
     medians: dict[str, list[float]] = {name: [] for name in fns}
+    medians.update({f"{name}_writeflush": [] for name in ("cublas", "triton") if name in fns})
     for _ in range(rounds):
         for name, calls in fns.items():
             medians[name].append(bench(calls).median_us)
+            if f"{name}_writeflush" in medians:
+                medians[f"{name}_writeflush"].append(bench_w(calls).median_us)
     for name, values in medians.items():
         info[f"{name}_us"] = statistics.median(values)
         info[f"{name}_spread_us"] = [min(values), max(values)]
@@ -83,14 +89,16 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--only", default="", help="comma-separated shape indices")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--db", default="/tmp/ks-bench.db")
+    ap.add_argument("--db", default=None, help="SQLite file (default: a fresh one, so no "
+                    "earlier measurement is reused)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-peer", action="store_true")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     shapes = json.loads(args.shapes.read_text())["shapes"]
     picked = [int(i) for i in args.only.split(",") if i] or list(range(len(shapes)))
-    db_url = f"sqlite:///{args.db}"
+    db_path = args.db or str(Path(tempfile.mkdtemp(prefix="ks-bench-")) / "bench.db")
+    db_url = f"sqlite:///{db_path}"
     device = detect_device()
     meta = {"gpu": device.gpu_model, "sm_count": device.sm_count, "driver": device.driver,
             "cuda": device.cuda, "torch": torch.__version__, "triton": triton.__version__,

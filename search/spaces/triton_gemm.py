@@ -64,13 +64,20 @@ def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
         dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=4,
              num_stages=4),
     ]
+    # Measured best on an H100 (docs/notes/kernels.md): split 2 for 16xN, split 64 for long K.
     skinny = [
-        dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=4, num_warps=4,
-             num_stages=4),
-        dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, SPLIT_K=8, num_warps=4,
+        dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=2, num_warps=4,
              num_stages=4),
         dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=64, num_warps=4,
              num_stages=4),
+        dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=2, num_warps=4,
+             num_stages=3),
+        dict(BLOCK_M=64, BLOCK_N=32, BLOCK_K=128, GROUP_M=1, SPLIT_K=64, num_warps=4,
+             num_stages=4),
+        dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, SPLIT_K=2, num_warps=4,
+             num_stages=4),
+        dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=64, num_warps=4,
+             num_stages=3),
         dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=16, num_warps=4,
              num_stages=4),
         dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=4,

@@ -1,0 +1,19 @@
+"""Errors a kernel template raises for a request it cannot serve.
+
+They carry meaning for the worker: ``workers.execute.classify`` maps ``Unsupported`` to
+``Status.UNSUPPORTED`` and ``InvalidConfig`` to ``Status.INVALID``. Anything else a launcher
+raises on bad *inputs* (wrong shapes, devices) is a bug in the caller and stays a plain
+``ValueError``/``TypeError``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["InvalidConfig", "Unsupported"]
+
+
+class Unsupported(NotImplementedError):
+    """The backend does not serve this request (an unknown backend, a dtype it lacks)."""
+
+
+class InvalidConfig(ValueError):
+    """The configuration cannot run at all (a missing key, a tile that is not a power of two)."""

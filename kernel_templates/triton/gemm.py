@@ -1,0 +1,366 @@
+"""Tiled Triton GEMM with grouped tile order and deterministic split-K.
+
+``C[b] = A[b] @ B[b]`` in the style of the Triton matmul tutorial: one program computes a
+``BLOCK_M x BLOCK_N`` tile of C, walking K in steps of ``BLOCK_K`` with an fp32 accumulator.
+Programs are ordered in groups of ``GROUP_M`` tile rows so that neighbouring programs share
+tiles of B in L2. A and B may be row- or column-major (any strides); batch is grid axis 2.
+
+Split-K (``SPLIT_K > 1``): grid axis 1 cuts K into ``SPLIT_K`` slices; each program writes its
+fp32 partial tile to a workspace ``[SPLIT_K, batch*M*N]`` and a second small kernel sums the
+slices in a fixed order and casts to the output dtype. No atomics, so results are bitwise
+reproducible for a given configuration. The workspace is cached per device and grown on demand,
+so a launch on a warm cache allocates nothing; two concurrent streams must not share it.
+
+Configuration keys (``search.spaces.triton_gemm.PARAMS``)::
+
+    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, num_warps, num_stages
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from kernel_templates.errors import InvalidConfig, Unsupported
+
+__all__ = ["CONFIG_KEYS", "DTYPES", "bytes_moved", "check_config", "flops", "matmul"]
+
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages")
+#: Input dtypes the template serves (fp8 is left for a later version).
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@triton.jit
+def _gemm_kernel(
+    a_ptr, b_ptr, c_ptr, ws_ptr,
+    M, N, K, K_PER_SPLIT,
+    stride_ab, stride_am, stride_ak,
+    stride_bb, stride_bk, stride_bn,
+    stride_cb, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    pid_b = tl.program_id(2).to(tl.int64)
+    # Grouped ordering: GROUP_M tile rows are swept column by column, so the B tiles a group
+    # reads stay hot in L2 while its programs run.
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if EVEN_MN:
+        # Whole tiles: the hints are true, so column-major operands get 16-byte loads too.
+        offs_am = tl.max_contiguous(tl.multiple_of(offs_m, BLOCK_M), BLOCK_M)
+        offs_bn = tl.max_contiguous(tl.multiple_of(offs_n, BLOCK_N), BLOCK_N)
+    else:
+        # Ragged edge: wrap rows/columns instead of masking the loads; the wrapped lanes are
+        # masked at the store.
+        offs_am = offs_m % M
+        offs_bn = offs_n % N
+    k_start = pid_k * K_PER_SPLIT
+    if EVEN_K:
+        k_start = tl.multiple_of(k_start, BLOCK_K)
+    offs_k = k_start + tl.arange(0, BLOCK_K)
+    a_ptrs = (a_ptr + pid_b * stride_ab
+              + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = (b_ptr + pid_b * stride_bb
+              + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # K_PER_SPLIT is a multiple of BLOCK_K, so a slice never reads into its neighbour; only the
+    # global end of K needs a mask, and none at all when every slice is whole (EVEN_K).
+    for kk in range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k_start - kk * BLOCK_K
+            a = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=tl.arange(0, BLOCK_K)[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if SPLIT_K == 1:
+        c_ptrs = (c_ptr + pid_b * stride_cb
+                  + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn)
+        if EVEN_MN:
+            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty))
+        else:
+            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    else:
+        # Workspace [SPLIT_K, batch, M, N], contiguous fp32.
+        slab = (pid_k * tl.num_programs(2) + pid_b) * M * N
+        ws_ptrs = ws_ptr + slab + offs_m[:, None] * N + offs_n[None, :]
+        if EVEN_MN:
+            tl.store(ws_ptrs, acc)
+        else:
+            tl.store(ws_ptrs, acc, mask=mask)
+
+
+@triton.jit
+def _gemm_tma_kernel(
+    a_desc, b_desc, c_ptr, ws_ptr,
+    M, N, K, K_PER_SPLIT, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
+    A_COL: tl.constexpr, B_COL: tl.constexpr, EVEN_MN: tl.constexpr,
+):  # fmt: skip
+    # Same tiling as _gemm_kernel, but tiles arrive through the TMA engine (Hopper): no address
+    # arithmetic, no masks (out-of-bounds reads are zero-filled), asynchronous copies that the
+    # pipeliner keeps num_stages deep. Column-major operands are described in their storage
+    # order and transposed in shared memory.
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    k_start = pid_k * K_PER_SPLIT
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kk in tl.range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K)):
+        k = k_start + kk * BLOCK_K
+        if A_COL:
+            a = a_desc.load([k, off_m]).T
+        else:
+            a = a_desc.load([off_m, k])
+        if B_COL:
+            b = b_desc.load([off_n, k]).T
+        else:
+            b = b_desc.load([k, off_n])
+        acc = tl.dot(a, b, acc)
+
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if SPLIT_K == 1:
+        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        if EVEN_MN:
+            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty))
+        else:
+            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    else:
+        ws_ptrs = ws_ptr + pid_k.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
+        if EVEN_MN:
+            tl.store(ws_ptrs, acc)
+        else:
+            tl.store(ws_ptrs, acc, mask=mask)
+
+
+@triton.jit
+def _splitk_reduce_kernel(
+    ws_ptr, c_ptr, NUMEL,
+    SPLIT_K: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    # Each program owns BLOCK outputs and loads CHUNK slices of them at once (a [CHUNK, BLOCK]
+    # tile), so many loads are in flight even when the output is small and SPLIT_K large.
+    pid = tl.program_id(0)
+    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    offs = tl.max_contiguous(tl.multiple_of(offs, BLOCK), BLOCK)
+    mask = offs < NUMEL
+    rows = tl.arange(0, CHUNK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in tl.static_range(0, SPLIT_K, CHUNK):
+        ptrs = ws_ptr + (s + rows)[:, None].to(tl.int64) * NUMEL + offs[None, :]
+        part = tl.load(ptrs, mask=mask[None, :], other=0.0)
+        acc += tl.sum(part, axis=0)
+    tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+# -- launcher -------------------------------------------------------------------------------------
+
+#: ``matmul``'s ``tma`` when the caller passes none: ``None`` is automatic. A benchmark seam.
+TMA_DEFAULT: bool | None = None
+_WORKSPACE: dict[torch.device, torch.Tensor] = {}
+
+
+@cache
+def _cc_major(device: torch.device) -> int:
+    return torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else 0
+
+
+def _describe(t: torch.Tensor, rows: int, cols: int, block: tuple[int, int]):
+    """(descriptor, stored transposed) of a 2-D ``rows x cols`` operand, or ``None``."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    elt = t.element_size()
+    if t.data_ptr() % 16:
+        return None
+    if t.stride(1) == 1 and (t.stride(0) * elt) % 16 == 0:
+        return TensorDescriptor(t, [rows, cols], [t.stride(0), 1], list(block)), False
+    if t.stride(0) == 1 and (t.stride(1) * elt) % 16 == 0:
+        return TensorDescriptor(t, [cols, rows], [t.stride(1), 1], [block[1], block[0]]), True
+    return None
+
+
+def _tma_descriptors(a3: torch.Tensor, b3: torch.Tensor, cfg: dict[str, int], auto: bool):
+    """(a_desc, b_desc, A_COL, B_COL) when TMA applies to these operands, else ``None``.
+    Automatic use needs a Hopper-or-later GPU; asked for explicitly, the interpreter runs it."""
+    if a3.shape[0] != 1 or a3.dtype not in (torch.bfloat16, torch.float16):
+        return None
+    if (a3.device.type == "cuda" or auto) and _cc_major(a3.device) < 9:
+        return None
+    _, m, k = a3.shape
+    n = b3.shape[2]
+    da = _describe(a3[0], m, k, (cfg["BLOCK_M"], cfg["BLOCK_K"]))
+    db = _describe(b3[0], k, n, (cfg["BLOCK_K"], cfg["BLOCK_N"]))
+    if da is None or db is None:
+        return None
+    return da[0], db[0], da[1], db[1]
+
+
+def _workspace(device: torch.device, numel: int) -> torch.Tensor:
+    """An fp32 buffer of at least ``numel`` elements on ``device``, reused across calls."""
+    buf = _WORKSPACE.get(device)
+    if buf is None or buf.numel() < numel:
+        buf = torch.empty(max(numel, 1 << 20), dtype=torch.float32, device=device)
+        _WORKSPACE[device] = buf
+    return buf[:numel]
+
+
+@cache
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4  # interpreter: few programs keep it quick
+
+
+def _reduce_launch(numel: int, split_k: int, device: torch.device) -> tuple[int, int, int]:
+    """(BLOCK, CHUNK, num_warps) of the reduce: about two programs per SM or more, each with up
+    to 8K fp32 values in flight."""
+    block = 1024
+    while block > 64 and triton.cdiv(numel, block) < 2 * _sm_count(device):
+        block //= 2
+    chunk = min(split_k, max(1, 8192 // block))
+    return block, chunk, 4
+
+
+def check_config(config: dict[str, Any]) -> dict[str, int]:
+    """``config`` as ints, or ``InvalidConfig`` when a key is missing or a value cannot run."""
+    missing = [k for k in CONFIG_KEYS if k not in config]
+    if missing:
+        raise InvalidConfig(f"config lacks {missing}")
+    cfg = {k: int(config[k]) for k in CONFIG_KEYS}
+    for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps"):
+        v = cfg[k]
+        if v <= 0 or v & (v - 1):
+            raise InvalidConfig(f"{k}={v} is not a power of two")
+    if cfg["BLOCK_K"] < 16 or cfg["BLOCK_M"] < 16 or cfg["BLOCK_N"] < 16:
+        raise InvalidConfig("tl.dot needs BLOCK_M, BLOCK_N and BLOCK_K of at least 16")
+    if cfg["GROUP_M"] < 1 or cfg["num_stages"] < 1:
+        raise InvalidConfig("GROUP_M and num_stages must be positive")
+    return cfg
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
+           out: torch.Tensor | None = None,
+           out_dtype: torch.dtype | None = None, tma: bool | None = None) -> torch.Tensor:
+    """``a @ b`` with the tiled kernel under ``config``.
+
+    ``a`` is ``[M, K]`` or ``[batch, M, K]``, ``b`` ``[K, N]`` or ``[batch, K, N]``, any strides
+    (row- or column-major); both of one dtype among bf16, fp16, fp32, on one device. The output
+    is ``out`` when given (contiguous, the right shape) or a new tensor of ``out_dtype``
+    (default: the input dtype). fp32 inputs are multiplied in full fp32 (``ieee``), not tf32.
+
+    ``tma``: load tiles through Hopper's TMA engine (``True``), through pointers (``False``), or
+    (``None``, the default, unless ``TMA_DEFAULT`` says otherwise) TMA wherever it applies: a
+    CUDA device of compute capability 9 or more, bf16/fp16, batch 1, 16-byte aligned operands.
+    """
+    cfg = check_config(config)
+    if a.dtype not in DTYPES:
+        raise Unsupported(f"triton gemm does not serve dtype {a.dtype}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"a and b differ in dtype: {a.dtype} vs {b.dtype}")
+    if a.device != b.device:
+        raise ValueError(f"a and b are on different devices: {a.device} vs {b.device}")
+    if a.dim() != b.dim() or a.dim() not in (2, 3):
+        raise ValueError(f"a and b must both be 2-D or both 3-D, got {a.dim()} and {b.dim()}")
+    a3 = a if a.dim() == 3 else a.unsqueeze(0)
+    b3 = b if b.dim() == 3 else b.unsqueeze(0)
+    batch, m, k = a3.shape
+    if b3.shape[0] != batch or b3.shape[1] != k:
+        raise ValueError(f"shapes do not compose: {tuple(a.shape)} @ {tuple(b.shape)}")
+    n = b3.shape[2]
+    out_shape = (batch, m, n) if a.dim() == 3 else (m, n)
+    if out is None:
+        out = torch.empty(out_shape, dtype=out_dtype or a.dtype, device=a.device)
+    else:
+        if tuple(out.shape) != out_shape or out.device != a.device or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous {out_shape} tensor on {a.device}")
+        if out.dtype not in DTYPES:
+            raise Unsupported(f"triton gemm does not write dtype {out.dtype}")
+    if m * k >= 2**31 or k * n >= 2**31 or batch * m * n >= 2**31:
+        raise Unsupported("one matrix has 2**31 elements or more (32-bit tile offsets)")
+    c3 = out if out.dim() == 3 else out.unsqueeze(0)
+
+    bm, bn, bk, split_k = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
+    k_per_split = triton.cdiv(triton.cdiv(k, split_k), bk) * bk
+    even_k = k % (bk * split_k) == 0
+    even_mn = m % bm == 0 and n % bn == 0
+    ws = _workspace(a.device, split_k * batch * m * n) if split_k > 1 else c3
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), split_k, batch)
+    use_tma = TMA_DEFAULT if tma is None else tma
+    descs = _tma_descriptors(a3, b3, cfg, auto=use_tma is None) if use_tma is not False else None
+    if use_tma and descs is None:
+        raise Unsupported("tma=True, but these operands cannot be described for TMA")
+    if descs is not None:
+        _gemm_tma_kernel[grid](
+            descs[0], descs[1], c3, ws,
+            m, n, k, k_per_split, c3.stride(1), c3.stride(2),
+            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], SPLIT_K=split_k,
+            A_COL=descs[2], B_COL=descs[3], EVEN_MN=even_mn,
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        )  # fmt: skip
+    else:
+        _gemm_kernel[grid](
+            a3, b3, c3, ws,
+            m, n, k, k_per_split,
+            a3.stride(0), a3.stride(1), a3.stride(2),
+            b3.stride(0), b3.stride(1), b3.stride(2),
+            c3.stride(0), c3.stride(1), c3.stride(2),
+            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], SPLIT_K=split_k,
+            EVEN_K=even_k, EVEN_MN=even_mn,
+            INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        )  # fmt: skip
+    if split_k > 1:
+        numel = batch * m * n
+        block, chunk, warps = _reduce_launch(numel, split_k, a.device)
+        _splitk_reduce_kernel[(triton.cdiv(numel, block),)](
+            ws, c3, numel, SPLIT_K=split_k, CHUNK=chunk, BLOCK=block, num_warps=warps,
+        )
+    return out
+
+
+def flops(m: int, n: int, k: int, batch: int = 1) -> int:
+    """Floating-point operations of the product (a multiply and an add per term)."""
+    return 2 * batch * m * n * k
+
+
+def bytes_moved(m: int, n: int, k: int, elt_in: int, elt_out: int, batch: int = 1,
+                split_k: int = 1) -> int:
+    """Fewest bytes the kernel moves through device memory: A and B read once, C written once,
+    plus the fp32 partials written and read back when ``split_k > 1``."""
+    partials = 2 * 4 * split_k * m * n if split_k > 1 else 0
+    return batch * ((m * k + k * n) * elt_in + m * n * elt_out + partials)

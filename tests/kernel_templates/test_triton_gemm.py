@@ -1,0 +1,134 @@
+"""Contract checks of the Triton GEMM template: ragged shapes, layouts, batch, split-K, dtypes,
+every output element written, fresh random inputs. CPU cases run in the interpreter (tiny
+shapes, small tiles); ``gpu`` cases run bf16 on real shapes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernel_templates.errors import InvalidConfig, Unsupported
+from kernel_templates.inputs import make_inputs
+from kernel_templates.reference import reference_matmul, rel_error, tolerance
+from kernel_templates.triton.gemm import bytes_moved, flops, matmul
+from search.types import GemmProblem
+
+
+def small(split_k: int = 1, group_m: int = 2, bk: int = 16) -> dict[str, int]:
+    return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=bk, GROUP_M=group_m, SPLIT_K=split_k,
+                num_warps=4, num_stages=2)
+
+
+def check(problem: GemmProblem, config: dict[str, int], device: str, seed: int = 0,
+          tma: bool | None = None) -> float:
+    inp = make_inputs(problem, device, seed)
+    assert torch.isnan(inp.out).all()  # poisoned: anything unwritten fails below
+    res = matmul(inp.a, inp.b, config, out=inp.out, tma=tma)
+    assert res is inp.out
+    err = rel_error(inp.out, reference_matmul(inp.a, inp.b))
+    assert err <= tolerance(problem), (problem, config, err)
+    return err
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+@pytest.mark.parametrize(("m", "n", "k"), [(64, 48, 80), (33, 65, 97)])
+@pytest.mark.parametrize("layouts", ["rr", "cc", "rc"])
+def test_ragged_shapes_and_layouts(dtype: str, m: int, n: int, k: int, layouts: str,
+                                   device: str) -> None:
+    lay = {"r": "row", "c": "col"}
+    p = GemmProblem(m=m, n=n, k=k, dtype=dtype, layout_a=lay[layouts[0]],
+                    layout_b=lay[layouts[1]])
+    check(p, small(), device)
+
+
+@pytest.mark.parametrize("split_k", [1, 2, 4])
+@pytest.mark.parametrize(("m", "n", "k"), [(33, 65, 97), (32, 64, 128)])
+def test_split_k(split_k: int, m: int, n: int, k: int, device: str) -> None:
+    # (32, 64, 128) with BLOCK_K=16 is the EVEN_K/EVEN_MN path: no masks at all.
+    check(GemmProblem(m=m, n=n, k=k, dtype="fp16"), small(split_k), device, seed=split_k)
+
+
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_batch(split_k: int, device: str) -> None:
+    p = GemmProblem(m=20, n=40, k=72, batch=2, dtype="fp32", layout_b="col")
+    check(p, small(split_k), device)
+
+
+@pytest.mark.parametrize("layouts", ["rr", "cc", "rc"])
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_tma_path(layouts: str, split_k: int, device: str) -> None:
+    # 40x56x88 is ragged in every dimension yet 16-byte aligned in both storage orders.
+    lay = {"r": "row", "c": "col"}
+    p = GemmProblem(m=40, n=56, k=88, dtype="fp16", layout_a=lay[layouts[0]],
+                    layout_b=lay[layouts[1]])
+    check(p, small(split_k), device, tma=True)
+
+
+def test_tma_refused_when_misaligned(device: str) -> None:
+    inp = make_inputs(GemmProblem(m=33, n=65, k=97, dtype="fp16"), device, 0)
+    with pytest.raises(Unsupported):
+        matmul(inp.a, inp.b, small(), tma=True)
+
+
+def test_split_k_is_deterministic(device: str) -> None:
+    inp = make_inputs(GemmProblem(m=17, n=33, k=130, dtype="fp32"), device, 7)
+    first = matmul(inp.a, inp.b, small(4)).clone()
+    assert torch.equal(first, matmul(inp.a, inp.b, small(4)))
+
+
+def test_out_dtype_differs_from_inputs(device: str) -> None:
+    check(GemmProblem(m=16, n=32, k=48, dtype="fp16", out_dtype="fp32"), small(2), device)
+
+
+def test_allocates_output_and_2d_shape(device: str) -> None:
+    inp = make_inputs(GemmProblem(m=16, n=32, k=32, dtype="fp32"), device, 1)
+    c = matmul(inp.a, inp.b, small())
+    assert c.shape == (16, 32) and c.dtype == torch.float32
+    assert rel_error(c, reference_matmul(inp.a, inp.b)) < 1e-5
+
+
+def test_rejects_bad_inputs(device: str) -> None:
+    a = torch.randn(16, 32, device=device)
+    with pytest.raises(ValueError):
+        matmul(a, torch.randn(16, 32, device=device), small())
+    with pytest.raises(TypeError):
+        matmul(a, torch.randn(32, 16, device=device, dtype=torch.float16), small())
+    with pytest.raises(InvalidConfig):
+        matmul(a, torch.randn(32, 16, device=device), {**small(), "BLOCK_M": 24})
+    with pytest.raises(InvalidConfig):
+        matmul(a, torch.randn(32, 16, device=device), {"BLOCK_M": 16})
+    with pytest.raises(Unsupported):
+        matmul(a.to(torch.float64), torch.randn(32, 16, device=device, dtype=torch.float64),
+               small())
+
+
+def test_flops_and_bytes() -> None:
+    assert flops(2, 3, 4) == 48
+    assert bytes_moved(2, 3, 4, 2, 2) == (8 + 12 + 6) * 2
+    assert bytes_moved(2, 3, 4, 2, 2, split_k=2) == (8 + 12 + 6) * 2 + 2 * 4 * 2 * 6
+
+
+# -- GPU: bf16 on real shapes, every config family, both layouts -------------------------------
+FAMILIES = {
+    "plain": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, num_warps=8,
+                  num_stages=3),
+    "grouped": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8,
+                    num_stages=3),
+    "splitk": dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=8, num_warps=4,
+                   num_stages=4),
+    "splitk_skinny": dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=4,
+                          num_warps=4, num_stages=4),
+}
+GPU_SHAPES = [(1000, 3000, 2000), (16, 4096, 4096), (64, 64, 65536), (4096, 4096, 4096)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize(("m", "n", "k"), GPU_SHAPES)
+@pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col")])
+@pytest.mark.parametrize("tma", [None, False])
+def test_bf16_gpu(family: str, m: int, n: int, k: int, layouts: tuple[str, str],
+                  tma: bool | None) -> None:
+    p = GemmProblem(m=m, n=n, k=k, dtype="bf16", layout_a=layouts[0], layout_b=layouts[1])
+    err = check(p, FAMILIES[family], "cuda", seed=m + n + k, tma=tma)
+    assert err < 5e-3  # bf16 output rounding alone is about 1.5e-3

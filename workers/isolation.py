@@ -1,0 +1,233 @@
+"""Benchmarks run in a long-lived spawned child; a crash or a hang costs the child, not the worker.
+
+``IsolatedRunner`` keeps one child process (``multiprocessing`` *spawn* context, so CUDA and
+Triton state belong to the child) and sends it one candidate at a time. The child imports torch
+and triton once and is reused across candidates. When the child dies (a segfault, an exit, a
+sticky CUDA error after which it exits on purpose) the candidate is ``crashed``; when it does not
+answer within ``timeout_s`` it is killed and the candidate is ``timeout``. Either way the next
+``run`` starts a fresh child.
+
+The ``target`` seam (``"module:function"``, called as ``fn(candidate_dict, options) ->
+measurement_dict``) lets tests inject children that hang or die.
+
+This module imports neither torch nor triton: the parent stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from search.types import Candidate, Measurement, Status
+from workers.execute import STICKY
+
+__all__ = ["IsolatedRunner", "load_target", "prepare"]
+
+DEFAULT_TARGET = "workers.execute:execute"
+DEFAULT_PRELOAD = ("torch", "triton")
+
+
+def load_target(spec: str) -> Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]:
+    """The function named by ``"package.module:function"``."""
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ValueError(f"target must look like 'module:function', got {spec!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def _set_interpret(interpret: bool) -> None:
+    # The interpreter is chosen when triton is imported, so this runs first in the child.
+    if interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def _child_main(conn: Connection, interpret: bool, target: str,
+                preload: tuple[str, ...]) -> None:
+    _set_interpret(interpret)
+    try:
+        for module in preload:
+            importlib.import_module(module)
+        fn = load_target(target)
+    except BaseException:  # noqa: BLE001 - reported to the parent, which raises
+        conn.send(("fail", traceback.format_exc()))
+        return
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        candidate, options = msg
+        try:
+            result = fn(candidate, options)
+        except BaseException:  # noqa: BLE001 - state unknown: report, then leave
+            conn.send(("error", traceback.format_exc()))
+            os._exit(3)
+        conn.send(("ok", result))
+        if result.get("status") in {s.value for s in STICKY}:
+            # The CUDA context is poisoned; exiting without teardown avoids hanging in it.
+            conn.close()
+            os._exit(0)
+
+
+class IsolatedRunner:
+    """Runs candidates one by one in a reusable spawned child; use as a context manager.
+
+    ``options`` go to the target with each candidate (``interpret`` is added). ``preload`` names
+    modules the child imports before it reports ready, so their import time stays out of the
+    first candidate's timeout.
+    """
+
+    def __init__(self, interpret: bool, timeout_s: float = 120.0, target: str = DEFAULT_TARGET,
+                 options: dict[str, Any] | None = None,
+                 preload: tuple[str, ...] = DEFAULT_PRELOAD,
+                 start_timeout_s: float = 300.0) -> None:
+        self.interpret = interpret
+        self.timeout_s = timeout_s
+        self.target = target
+        self.options = {**(options or {}), "interpret": interpret}
+        self.preload = preload
+        self.start_timeout_s = start_timeout_s
+        self.spawned = 0  # children started so far (1 + respawns)
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: Connection | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def __enter__(self) -> IsolatedRunner:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the child unless one is alive; raise ``RuntimeError`` if it cannot start."""
+        if self._proc is not None and self._proc.is_alive():
+            return
+        self._reap()
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_child_main, name="kernelsearch-bench", daemon=True,
+                                 args=(child, self.interpret, self.target, self.preload))
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        self.spawned += 1
+        ready = wait([parent, proc.sentinel], timeout=self.start_timeout_s)
+        msg: tuple[str, Any] | None = None
+        if parent in ready:
+            try:
+                msg = parent.recv()
+            except (EOFError, OSError):
+                msg = None
+        if msg is None or msg[0] != "ready":
+            detail = msg[1] if msg else f"no answer (exit code {proc.exitcode})"
+            self._reap()
+            raise RuntimeError(f"benchmark child failed to start: {detail}")
+
+    def close(self) -> None:
+        """Ask the child to leave, then make sure it has."""
+        if self._conn is not None and self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(None)
+            except (OSError, ValueError):
+                pass
+            self._proc.join(timeout=10)
+        self._reap()
+
+    def _reap(self) -> None:
+        if self._proc is not None:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(timeout=10)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc, self._conn = None, None
+
+    # -- work ---------------------------------------------------------------------------------
+    def run(self, candidate: Candidate) -> Measurement:
+        """Measure ``candidate`` in the child; a death is ``crashed``, silence is ``timeout``."""
+        self.start()
+        assert self._conn is not None and self._proc is not None
+        proc, conn = self._proc, self._conn
+        t0 = time.perf_counter()
+        try:
+            conn.send((candidate.to_dict(), self.options))
+        except (OSError, ValueError) as exc:
+            self._reap()
+            return Measurement(status=Status.CRASHED, error=f"child unreachable: {exc!r}")
+        ready = wait([conn, proc.sentinel], timeout=self.timeout_s)
+        if conn in ready:
+            try:
+                kind, payload = conn.recv()
+            except (EOFError, OSError):
+                kind, payload = "died", None
+            if kind == "ok":
+                m = Measurement.from_dict(payload)
+                if m.status in STICKY:
+                    self._reap()
+                return m
+            self._reap()
+            if kind == "error":
+                return Measurement(status=Status.CRASHED, error=f"target raised:\n{payload}")
+        elif not ready:
+            self._reap()
+            return Measurement(status=Status.TIMEOUT,
+                               error=f"no answer within {self.timeout_s:g} s; child killed",
+                               bench_s=time.perf_counter() - t0)
+        proc.join(timeout=10)
+        code = proc.exitcode
+        self._reap()
+        return Measurement(status=Status.CRASHED, error=f"benchmark child died (exit code {code})")
+
+    def prepare(self, candidates: Iterable[Candidate], processes: int = 4,
+                timeout_s: float = 600.0) -> int:
+        """Compile a batch's Triton kernels ahead, in parallel (see ``prepare``)."""
+        return prepare(candidates, interpret=self.interpret, processes=processes,
+                       timeout_s=timeout_s)
+
+
+# -- compile-cache warming --------------------------------------------------------------------
+def _compile_one(candidate: dict[str, Any]) -> bool:
+    """Run a candidate once in a pool process so its kernels land in Triton's disk cache."""
+    try:
+        import torch
+
+        from kernel_templates.inputs import make_inputs
+        from kernel_templates.registry import make_callable
+
+        cand = Candidate.from_dict(candidate)
+        make_callable(cand, make_inputs(cand.problem, "cuda", seed=0))()
+        torch.cuda.synchronize()
+        return True
+    except Exception:  # noqa: BLE001 - the real run classifies the failure
+        return False
+
+
+def prepare(candidates: Iterable[Candidate], interpret: bool = False, processes: int = 4,
+            timeout_s: float = 600.0) -> int:
+    """Warm Triton's on-disk compile cache for ``candidates`` with ``processes`` spawned
+    processes, so the benchmark child later loads binaries instead of compiling one by one.
+
+    Returns how many compiled and ran; failures are left for the real run to classify. A no-op
+    for the interpreter (nothing is compiled) and for non-Triton backends.
+    """
+    todo = [c.to_dict() for c in candidates if c.backend == "triton"]
+    if interpret or not todo:
+        return 0
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(processes=min(processes, len(todo)), maxtasksperchild=16) as pool:
+        result = pool.map_async(_compile_one, todo, chunksize=1)
+        try:
+            return sum(result.get(timeout=timeout_s))
+        except mp.TimeoutError:
+            pool.terminate()
+            return 0
