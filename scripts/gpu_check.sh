@@ -2,7 +2,7 @@
 # GPU host check in one call: GPU tests, an end-to-end job through the real service and a real
 # worker (SQLite), and the GEMM benchmark. Logs and JSON go under OUTDIR.
 #   usage: scripts/gpu_check.sh OUTDIR
-#   env:   STAGES=tests,e2e,bench (default all)  SHAPES=0,2,7,8 (benchmark shape indices, default
+#   env:   STAGES=tests,e2e,bench (default all, run in the order given)  SHAPES=0,2,7,8 (benchmark shape indices, default
 #          all)  TRIALS=64  BENCH_SHAPES=path/to/gemm_public.json  PEER=1 (0: skip max-autotune)
 # Dependencies must already be importable (on a host without a package index: install the
 # wheelhouse into /tmp/site and put it on PYTHONPATH first; see README).
@@ -23,21 +23,23 @@ rc=0
 "triton", triton.__version__, torch.cuda.get_device_name())'
 } 2>&1 | tee "$out/env.txt"
 
-if [[ $stages == *tests* ]]; then
-  echo "== GPU tests"
-  python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu_tests.log"
-  rc=$(( rc | ${PIPESTATUS[0]} ))
-fi
-if [[ $stages == *e2e* ]]; then
-  echo "== end to end: service + worker processes"
-  timeout 300 python3 scripts/e2e_service.py 2>&1 | tee "$out/e2e.log"
-  rc=$(( rc | ${PIPESTATUS[0]} ))
-fi
-if [[ $stages == *bench* ]]; then
-  echo "== benchmark"
-  peer=(); [ "${PEER:-1}" = 0 ] && peer=(--no-peer)
-  python3 scripts/bench_gemm.py --shapes "$shapes_file" --trials "${TRIALS:-64}" \
-    --only "${SHAPES:-}" --out "$out" "${peer[@]}" 2>&1 | tee "$out/bench.log"
-  rc=$(( rc | ${PIPESTATUS[0]} ))
-fi
+for stage in ${stages//,/ }; do
+  case $stage in
+    tests)
+      echo "== GPU tests"
+      python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu_tests.log"
+      rc=$(( rc | ${PIPESTATUS[0]} )) ;;
+    e2e)
+      echo "== end to end: service + worker processes"
+      timeout 300 python3 scripts/e2e_service.py 2>&1 | tee "$out/e2e.log"
+      rc=$(( rc | ${PIPESTATUS[0]} )) ;;
+    bench)
+      echo "== benchmark"
+      peer=(); [ "${PEER:-1}" = 0 ] && peer=(--no-peer)
+      python3 scripts/bench_gemm.py --shapes "$shapes_file" --trials "${TRIALS:-64}" \
+        --only "${SHAPES:-}" --out "$out" "${peer[@]}" 2>&1 | tee "$out/bench.log"
+      rc=$(( rc | ${PIPESTATUS[0]} )) ;;
+    *) echo "unknown stage $stage"; rc=2 ;;
+  esac
+done
 exit $rc

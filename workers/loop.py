@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from search.types import Candidate, Device, Measurement
-from service.client import KernelSearchClient, KernelSearchError
+from service.client import KernelSearchClient, KernelSearchConnectionError, KernelSearchError
 
 log = logging.getLogger("kernelsearch.worker")
 
@@ -65,9 +65,14 @@ class WorkerLoop:
         idle_since = time.monotonic()
         while not stop.is_set():
             self._flush_unsent()
-            if self.run_once(stop):
-                idle_since = time.monotonic()
-                continue
+            try:
+                if self.run_once(stop):
+                    idle_since = time.monotonic()
+                    continue
+            except KernelSearchConnectionError as exc:
+                # The service is down or restarting: the lease (if any) will expire and its
+                # candidates go back to the queue; keep asking.
+                log.warning("service unreachable, retrying: %s", exc)
             if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
                 return
             stop.wait(self.poll_s)

@@ -1,0 +1,67 @@
+"""The worker loop against a real service in-process (FastAPI TestClient as the transport) and
+a fake runner that replays recorded statuses (a labelled fake: no kernel runs here)."""
+
+from __future__ import annotations
+
+import threading
+
+from fastapi.testclient import TestClient
+
+from search.types import INTERPRETER_GPU, Candidate, Device, Measurement, Status
+from service.app import create_app
+from service.client import KernelSearchClient, KernelSearchConnectionError
+from service.settings import ServiceSettings
+from workers.loop import WorkerLoop
+
+
+class ReplayRunner:
+    """FAKE runner: cuBLAS at 10 µs, Triton configs at 20 µs minus BLOCK_N/64, none crash."""
+
+    def __init__(self) -> None:
+        self.ran: list[Candidate] = []
+
+    def run(self, candidate: Candidate) -> Measurement:
+        self.ran.append(candidate)
+        if candidate.backend == "cublas":
+            us = 10.0
+        else:
+            us = 20.0 - candidate.config["BLOCK_N"] / 64
+        return Measurement(Status.OK, median_us=us, p20_us=us, p80_us=us, reps=10)
+
+
+def test_loop_runs_a_job_to_completion_and_reports_everything(database_url: str) -> None:
+    settings = ServiceSettings(database_url=database_url)
+    with TestClient(create_app(settings)) as http:
+        client = KernelSearchClient("http://testserver", http_client=http)
+        job = client.submit_job({"kind": "gemm", "m": 64, "n": 48, "k": 80, "dtype": "fp16"},
+                                budget={"max_trials": 5})
+        runner = ReplayRunner()
+        device = Device(gpu_model=INTERPRETER_GPU, mode="interpreter")
+        loop = WorkerLoop(client, runner, device, batch=2, poll_s=0.01)
+        loop.run(idle_exit_s=0.2)
+        final = client.get_job(job["id"])
+    assert final["status"] == "done"
+    assert final["progress"]["trials_done"] == 5
+    assert loop.stats.reported == len(runner.ran) == 6  # 5 Triton configs + the cuBLAS baseline
+    assert final["best"]["backend"] == "cublas" and final["best"]["median_us"] == 10.0
+
+
+def test_an_unreachable_service_does_not_kill_the_loop() -> None:
+    class Down:
+        calls = 0
+
+        def lease(self, *a: object) -> dict:
+            Down.calls += 1
+            raise KernelSearchConnectionError("connection refused")
+
+    stop = threading.Event()
+    loop = WorkerLoop(Down(), ReplayRunner(), Device(gpu_model="x", mode="interpreter"),  # type: ignore[arg-type]
+                      poll_s=0.01)
+    loop.worker_id = 1
+    t = threading.Thread(target=loop.run, args=(stop,))
+    t.start()
+    while Down.calls < 3:
+        stop.wait(0.01)
+    stop.set()
+    t.join(timeout=5)
+    assert not t.is_alive()
