@@ -15,6 +15,8 @@ from typing import Any
 #: Element sizes in bytes of the dtypes a problem may name.
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8_e4m3": 1}
 LAYOUTS = ("row", "col")
+#: Input dtypes some backend serves today (fp8 waits for the CUTLASS/scaled-mm backends).
+SERVED_DTYPES = ("bf16", "fp16", "fp32")
 #: The GPU model name a worker without a GPU reports; its results never mix with GPU results.
 INTERPRETER_GPU = "cpu-interpreter"
 

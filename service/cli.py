@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -134,8 +135,8 @@ def serve(
     if worker == "yes" or (worker == "auto" and _gpu_present()):
         env = dict(os.environ, KS_URL=f"http://{host}:{port}")
         child = subprocess.Popen([sys.executable, "-m", "service.cli", "worker",
-                                  "--url", f"http://{host}:{port}", "--wait-for-service"],
-                                 env=env)
+                                  "--url", f"http://{host}:{port}", "--wait-for-service",
+                                  "--exit-with-parent"], env=env)
         console.print(f"local worker started (pid {child.pid})")
     try:
         uvicorn.run(create_app(settings), host=host, port=port)
@@ -156,6 +157,8 @@ def worker_cmd(
     idle_exit: Annotated[float | None, typer.Option(help="exit after this many idle seconds")
                          ] = None,
     wait_for_service: bool = False,
+    exit_with_parent: Annotated[bool, typer.Option(
+        help="stop when the process that started this one is gone (used by serve)")] = False,
 ) -> None:
     """Run a worker that leases candidates from the service over HTTP."""
     from service.client import KernelSearchClient
@@ -176,11 +179,24 @@ def worker_cmd(
                         timeout_s=s.candidate_timeout_s) as runner:
         loop = WorkerLoop(client, runner, device, name=s.worker_name,
                           batch=batch or s.batch, poll_s=s.poll_s)
+        stop = threading.Event()
+        if exit_with_parent:
+            # uvicorn re-raises the signal that stopped it, so `serve` may die without running
+            # its cleanup; the worker notices its parent is gone and leaves on its own.
+            parent = os.getppid()
+            threading.Thread(target=_watch_parent, args=(parent, stop), daemon=True).start()
         try:
-            loop.run(idle_exit_s=idle_exit)
+            loop.run(stop, idle_exit_s=idle_exit)
         except KeyboardInterrupt:
             pass
     console.print(f"worker done: {loop.stats}")
+
+
+def _watch_parent(parent: int, stop: threading.Event) -> None:
+    while not stop.wait(1.0):
+        if os.getppid() != parent:
+            console.print("parent process gone: worker stopping")
+            stop.set()
 
 
 def _wait_for(url: str, timeout_s: float = 60.0) -> None:

@@ -31,7 +31,16 @@ from db.records import (
     WorkerRecord,
 )
 from search.constraints import DeviceLimits, limits_for
-from search.types import Backend, Candidate, Device, GemmProblem, Measurement, Status, config_key
+from search.types import (
+    SERVED_DTYPES,
+    Backend,
+    Candidate,
+    Device,
+    GemmProblem,
+    Measurement,
+    Status,
+    config_key,
+)
 from service.errors import Conflict, Gone, InvalidInput, NotFound
 from service.settings import ServiceSettings
 from service.tuning import Tuner, TunerPool, abandon
@@ -92,6 +101,10 @@ class Flow:
     def submit_job(self, problem: GemmProblem, *, max_trials: int | None,
                    max_seconds: float | None, backends: Sequence[str], gpu: str | None,
                    seed: int | None) -> JobState:
+        if problem.dtype not in SERVED_DTYPES:
+            raise InvalidInput(["body", "problem", "dtype"], (
+                f"dtype {problem.dtype} is not served yet by any backend; served: "
+                f"{', '.join(SERVED_DTYPES)}"))
         if problem.min_bytes > self.settings.max_problem_bytes:
             raise InvalidInput(["body", "problem"], (
                 f"operands need {problem.min_bytes} bytes, over max_problem_bytes="
