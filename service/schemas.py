@@ -221,6 +221,7 @@ class TrialOut(BaseModel):
     gpu: str
     worker_id: int | None
     created_at: datetime
+    env: dict[str, Any] = {}  # GPU name, SM count, clock, driver, CUDA/torch/triton versions
 
 
 class TrialList(Page):

@@ -135,6 +135,7 @@ def test_problems_and_trials_pages(client: TestClient, driver: Any) -> None:
     t = trials["items"][0]
     assert {"config", "status", "median_us", "p20_us", "p80_us", "compile_s", "bench_s",
             "trial_number", "gpu", "created_at"} <= set(t)
+    assert t["env"] == {"fake": True}  # the environment the worker reported is kept
     rest = client.get(f"/v1/problems/{job['problem_id']}/trials",
                       params={"offset": 3}).json()["items"]
     assert [x["backend"] for x in rest] == ["cublas"]
