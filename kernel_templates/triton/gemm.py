@@ -5,11 +5,24 @@
 Programs are ordered in groups of ``GROUP_M`` tile rows so that neighbouring programs share
 tiles of B in L2. A and B may be row- or column-major (any strides); batch is grid axis 2.
 
-Split-K (``SPLIT_K > 1``): grid axis 1 cuts K into ``SPLIT_K`` slices; each program writes its
-fp32 partial tile to a workspace ``[SPLIT_K, batch*M*N]`` and a second small kernel sums the
-slices in a fixed order and casts to the output dtype. No atomics, so results are bitwise
-reproducible for a given configuration. The workspace is cached per device and grown on demand,
-so a launch on a warm cache allocates nothing; two concurrent streams must not share it.
+Split-K (``SPLIT_K > 1``): grid axis 1 cuts K into ``SPLIT_K`` slices and each program writes
+its fp32 partial tile to a workspace. Two ways to sum them (``SPLITK_MODE``; by default serial
+up to ``SERIAL_MAX_SPLIT`` slices, two launches beyond, as measured faster on an H100):
+
+- ``"serial"`` (one launch): after storing its partial, a program bumps a per-tile counter
+  (``atomic_add``, acq_rel, gpu scope, after a CTA barrier so every thread's stores are
+  released); the program that arrives last sums the slices in a fixed order, casts, stores C and
+  resets the counter to zero. With many slices the sum is two-level: groups of ``FANIN``
+  slices are summed by the last arrival of each group, then the group sums by the last group,
+  so no single program reads all ``SPLIT_K`` partials.
+- ``"two_launch"``: the partials go to ``[SPLIT_K, batch*M*N]`` and a second small kernel sums
+  the slices in a fixed order.
+
+Either way the summation order is fixed by the configuration (never by arrival order), so
+results are bitwise reproducible for a given configuration. The workspace and the counters are
+cached per device and grown on demand (the counters zeroed once: every launch leaves them at
+zero), so a launch on a warm cache allocates nothing; two concurrent streams must not share
+them.
 
 Configuration keys (``search.spaces.triton_gemm.PARAMS``)::
 
@@ -35,8 +48,69 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @triton.jit
+def _store_c(c_ptr, total, offs_m, offs_n, M, N, stride_cm, stride_cn, EVEN_MN: tl.constexpr):
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    if EVEN_MN:
+        tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty))
+    else:
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _serial_splitk(
+    acc, ws_ptr, cnt_ptr, c_ptr, tile, pid_k, NUM_TILES, offs_m, offs_n, M, N,
+    stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, FANIN: tl.constexpr,
+    EVEN_MN: tl.constexpr,
+):  # fmt: skip
+    # One-launch split-K epilogue. Workspace: [NUM_TILES, SPLIT_K] whole tiles of partials (so
+    # no masks: rows/columns past the edge hold values that are never stored to C), then
+    # [NUM_TILES, GROUPS] tiles of group sums. Counters: GROUPS + 1 int32 per tile, zero on
+    # entry and left at zero by the program that consumes them.
+    #
+    # Memory order: all threads store, bar.sync, then one thread's acq_rel gpu-scope atomic
+    # releases the whole CTA's stores (cumulativity through the barrier). The atomic's result
+    # comes back to every thread through shared memory after a barrier; the last arrival's
+    # acquire plus another bar.sync orders the other threads' loads after it, and the loads go
+    # to L2 (.cg), never to a possibly stale L1 line.
+    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+    GROUPS: tl.constexpr = SPLIT_K // FANIN
+    local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    tile64 = tile.to(tl.int64)
+    tl.store(ws_ptr + (tile64 * SPLIT_K + pid_k) * TILE + local, acc)
+    tl.debug_barrier()
+    grp = pid_k // FANIN
+    cnt1 = cnt_ptr + tile * (GROUPS + 1) + grp
+    seen = tl.atomic_add(cnt1, 1, sem="acq_rel", scope="gpu")
+    if seen == FANIN - 1:
+        tl.debug_barrier()
+        part_ptrs = ws_ptr + (tile64 * SPLIT_K + grp * FANIN) * TILE + local
+        total = tl.load(part_ptrs, cache_modifier=".cg")
+        for s in tl.static_range(1, FANIN):
+            total += tl.load(part_ptrs + s * TILE, cache_modifier=".cg")
+        tl.store(cnt1, 0)  # every member has counted: reset for the next launch
+        if GROUPS == 1:
+            _store_c(c_ptr, total, offs_m, offs_n, M, N, stride_cm, stride_cn, EVEN_MN)
+        else:
+            grp_base = ws_ptr + NUM_TILES.to(tl.int64) * SPLIT_K * TILE
+            tl.store(grp_base + (tile64 * GROUPS + grp) * TILE + local, total)
+            tl.debug_barrier()
+            cnt2 = cnt_ptr + tile * (GROUPS + 1) + GROUPS
+            seen2 = tl.atomic_add(cnt2, 1, sem="acq_rel", scope="gpu")
+            if seen2 == GROUPS - 1:
+                tl.debug_barrier()
+                grp_ptrs = grp_base + tile64 * GROUPS * TILE + local
+                total = tl.load(grp_ptrs, cache_modifier=".cg")
+                for g in tl.static_range(1, GROUPS):
+                    total += tl.load(grp_ptrs + g * TILE, cache_modifier=".cg")
+                tl.store(cnt2, 0)
+                _store_c(c_ptr, total, offs_m, offs_n, M, N, stride_cm, stride_cn, EVEN_MN)
+
+
+@triton.jit
 def _gemm_kernel(
-    a_ptr, b_ptr, c_ptr, ws_ptr,
+    a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr,
     M, N, K, K_PER_SPLIT,
     stride_ab, stride_am, stride_ak,
     stride_bb, stride_bk, stride_bn,
@@ -44,6 +118,7 @@ def _gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    SERIAL: tl.constexpr, FANIN: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -102,6 +177,11 @@ def _gemm_kernel(
             tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty))
         else:
             tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    elif SERIAL:
+        tile = pid_b * (num_pid_m * num_pid_n) + pid
+        _serial_splitk(acc, ws_ptr, cnt_ptr, c_ptr + pid_b * stride_cb, tile, pid_k,
+                       num_pid_m * num_pid_n * tl.num_programs(2), offs_m, offs_n, M, N,
+                       stride_cm, stride_cn, BLOCK_M, BLOCK_N, SPLIT_K, FANIN, EVEN_MN)
     else:
         # Workspace [SPLIT_K, batch, M, N], contiguous fp32.
         slab = (pid_k * tl.num_programs(2) + pid_b) * M * N
@@ -114,11 +194,12 @@ def _gemm_kernel(
 
 @triton.jit
 def _gemm_tma_kernel(
-    a_desc, b_desc, c_ptr, ws_ptr,
+    a_desc, b_desc, c_ptr, ws_ptr, cnt_ptr,
     M, N, K, K_PER_SPLIT, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
     A_COL: tl.constexpr, B_COL: tl.constexpr, EVEN_MN: tl.constexpr,
+    SERIAL: tl.constexpr, FANIN: tl.constexpr,
 ):  # fmt: skip
     # Same tiling as _gemm_kernel, but tiles arrive through the TMA engine (Hopper): no address
     # arithmetic, no masks (out-of-bounds reads are zero-filled), asynchronous copies that the
@@ -160,6 +241,10 @@ def _gemm_tma_kernel(
             tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty))
         else:
             tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    elif SERIAL:
+        _serial_splitk(acc, ws_ptr, cnt_ptr, c_ptr, pid, pid_k, num_pid_m * num_pid_n,
+                       offs_m, offs_n, M, N, stride_cm, stride_cn,
+                       BLOCK_M, BLOCK_N, SPLIT_K, FANIN, EVEN_MN)
     else:
         ws_ptrs = ws_ptr + pid_k.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
         if EVEN_MN:
@@ -192,7 +277,17 @@ def _splitk_reduce_kernel(
 
 #: ``matmul``'s ``tma`` when the caller passes none: ``None`` is automatic. A benchmark seam.
 TMA_DEFAULT: bool | None = None
+#: How split-K partials are summed: ``"serial"`` (in the GEMM launch, last arrival per tile sums),
+#: ``"two_launch"`` (a second reduce kernel) or ``"auto"``: serial up to ``SERIAL_MAX_SPLIT``
+#: slices, two launches beyond. On an H100 (docs/notes/kernels.md, 2026-11-22) serial saved
+#: 1.2-2.8 us at SPLIT_K 2-8 and lost 2-7 us at SPLIT_K 32-128, where one program per tile
+#: reading SPLIT_K partials is slower than a reduce spread over the whole GPU.
+SPLITK_MODE = "auto"
+SERIAL_MAX_SPLIT = 8
+#: Serial split-K: slices per first-level group (``None``: automatic, see ``_fanin``).
+SERIAL_FANIN: int | None = None
 _WORKSPACE: dict[torch.device, torch.Tensor] = {}
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
 
 
 @cache
@@ -237,6 +332,27 @@ def _workspace(device: torch.device, numel: int) -> torch.Tensor:
         buf = torch.empty(max(numel, 1 << 20), dtype=torch.float32, device=device)
         _WORKSPACE[device] = buf
     return buf[:numel]
+
+
+def _counters(device: torch.device, numel: int) -> torch.Tensor:
+    """A zeroed int32 buffer of at least ``numel`` counters on ``device``, reused across calls:
+    every serial split-K launch leaves the counters it used at zero."""
+    buf = _COUNTERS.get(device)
+    if buf is None or buf.numel() < numel:
+        buf = torch.zeros(max(numel, 1 << 16), dtype=torch.int32, device=device)
+        _COUNTERS[device] = buf
+    return buf[:numel]
+
+
+def _fanin(split_k: int) -> int:
+    """Slices per first-level group of the serial reduction: all of them up to 16 (one level),
+    else about sqrt(SPLIT_K), so the last program of a tile reads ~2 sqrt(SPLIT_K) partial
+    tiles instead of SPLIT_K."""
+    if SERIAL_FANIN is not None:
+        return max(1, min(SERIAL_FANIN, split_k))
+    if split_k <= 16:
+        return split_k
+    return 1 << (split_k.bit_length() // 2)
 
 
 @cache
@@ -318,23 +434,38 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     k_per_split = triton.cdiv(triton.cdiv(k, split_k), bk) * bk
     even_k = k % (bk * split_k) == 0
     even_mn = m % bm == 0 and n % bn == 0
-    ws = _workspace(a.device, split_k * batch * m * n) if split_k > 1 else c3
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn), split_k, batch)
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    grid = (tiles, split_k, batch)
+    if SPLITK_MODE not in ("auto", "serial", "two_launch"):
+        raise ValueError(f"SPLITK_MODE must be auto, serial or two_launch: {SPLITK_MODE!r}")
+    serial = split_k > 1 and (SPLITK_MODE == "serial" or (
+        SPLITK_MODE == "auto" and split_k <= SERIAL_MAX_SPLIT))
+    fanin = _fanin(split_k) if serial else 1
+    if serial:
+        groups = split_k // fanin
+        extra = groups if groups > 1 else 0
+        ws = _workspace(a.device, batch * tiles * (split_k + extra) * bm * bn)
+        cnt = _counters(a.device, batch * tiles * (groups + 1))
+    elif split_k > 1:
+        ws = _workspace(a.device, split_k * batch * m * n)
+        cnt = ws
+    else:
+        ws = cnt = c3
     use_tma = TMA_DEFAULT if tma is None else tma
     descs = _tma_descriptors(a3, b3, cfg, auto=use_tma is None) if use_tma is not False else None
     if use_tma and descs is None:
         raise Unsupported("tma=True, but these operands cannot be described for TMA")
     if descs is not None:
         _gemm_tma_kernel[grid](
-            descs[0], descs[1], c3, ws,
+            descs[0], descs[1], c3, ws, cnt,
             m, n, k, k_per_split, c3.stride(1), c3.stride(2),
             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], SPLIT_K=split_k,
-            A_COL=descs[2], B_COL=descs[3], EVEN_MN=even_mn,
+            A_COL=descs[2], B_COL=descs[3], EVEN_MN=even_mn, SERIAL=serial, FANIN=fanin,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )  # fmt: skip
     else:
         _gemm_kernel[grid](
-            a3, b3, c3, ws,
+            a3, b3, c3, ws, cnt,
             m, n, k, k_per_split,
             a3.stride(0), a3.stride(1), a3.stride(2),
             b3.stride(0), b3.stride(1), b3.stride(2),
@@ -342,9 +473,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], SPLIT_K=split_k,
             EVEN_K=even_k, EVEN_MN=even_mn,
             INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+            SERIAL=serial, FANIN=fanin,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )  # fmt: skip
-    if split_k > 1:
+    if split_k > 1 and not serial:
         numel = batch * m * n
         block, chunk, warps = _reduce_launch(numel, split_k, a.device)
         _splitk_reduce_kernel[(triton.cdiv(numel, block),)](

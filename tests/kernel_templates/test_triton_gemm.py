@@ -10,6 +10,7 @@ import torch
 from kernel_templates.errors import InvalidConfig, Unsupported
 from kernel_templates.inputs import make_inputs
 from kernel_templates.reference import reference_matmul, rel_error, tolerance
+from kernel_templates.triton import gemm
 from kernel_templates.triton.gemm import bytes_moved, flops, matmul
 from search.types import GemmProblem
 
@@ -46,6 +47,81 @@ def test_ragged_shapes_and_layouts(dtype: str, m: int, n: int, k: int, layouts: 
 def test_split_k(split_k: int, m: int, n: int, k: int, device: str) -> None:
     # (32, 64, 128) with BLOCK_K=16 is the EVEN_K/EVEN_MN path: no masks at all.
     check(GemmProblem(m=m, n=n, k=k, dtype="fp16"), small(split_k), device, seed=split_k)
+
+
+@pytest.fixture(params=["serial", "serial_fanin2", "two_launch"])
+def splitk_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each split-K reduction: one launch (flat, and two-level with groups of 2), two launches."""
+    mode = request.param
+    monkeypatch.setattr(gemm, "SPLITK_MODE", "two_launch" if mode == "two_launch" else "serial")
+    monkeypatch.setattr(gemm, "SERIAL_FANIN", 2 if mode == "serial_fanin2" else None)
+    return mode
+
+
+def counters_are_zero(device: str) -> bool:
+    buf = gemm._COUNTERS.get(torch.device(device))
+    return buf is None or not buf.any().item()
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+@pytest.mark.parametrize("split_k", [2, 4, 8])
+@pytest.mark.parametrize(("m", "n", "k"), [(33, 65, 97), (64, 64, 256)])
+def test_split_k_modes(dtype: str, split_k: int, m: int, n: int, k: int, splitk_mode: str,
+                       device: str) -> None:
+    # Two consecutive calls on fresh inputs, both right: the first left its counters at zero.
+    p = GemmProblem(m=m, n=n, k=k, dtype=dtype)
+    check(p, small(split_k), device, seed=split_k)
+    assert counters_are_zero(device)
+    check(p, small(split_k), device, seed=split_k + 100)
+    assert counters_are_zero(device)
+
+
+@pytest.mark.parametrize("split_k", [2, 4])
+def test_split_k_modes_batch_and_tma(split_k: int, splitk_mode: str, device: str) -> None:
+    check(GemmProblem(m=20, n=40, k=72, batch=2, dtype="fp32", layout_b="col"),
+          small(split_k), device)
+    check(GemmProblem(m=40, n=56, k=88, dtype="fp16", layout_a="col"), small(split_k), device,
+          tma=True)
+    assert counters_are_zero(device)
+
+
+def test_split_k_modes_agree_and_are_deterministic(monkeypatch: pytest.MonkeyPatch,
+                                                   device: str) -> None:
+    inp = make_inputs(GemmProblem(m=17, n=33, k=260, dtype="fp32"), device, 3)
+    outs = {}
+    for mode, fanin in [("serial", None), ("serial", 2), ("two_launch", None)]:
+        monkeypatch.setattr(gemm, "SPLITK_MODE", mode)
+        monkeypatch.setattr(gemm, "SERIAL_FANIN", fanin)
+        first = matmul(inp.a, inp.b, small(8)).clone()
+        assert torch.equal(first, matmul(inp.a, inp.b, small(8)))
+        outs[mode, fanin] = first
+    ref = reference_matmul(inp.a, inp.b)
+    for out in outs.values():
+        assert rel_error(out, ref) <= 1e-5
+
+
+def test_fanin() -> None:
+    assert [gemm._fanin(s) for s in (2, 8, 16, 32, 64, 128)] == [2, 8, 16, 8, 8, 16]
+
+
+def test_auto_mode_picks_serial_for_few_slices(monkeypatch: pytest.MonkeyPatch,
+                                               device: str) -> None:
+    # "auto" (the default): serial up to SERIAL_MAX_SPLIT slices (counters used, left at zero),
+    # two launches beyond (no counters touched).
+    monkeypatch.setattr(gemm, "SPLITK_MODE", "auto")
+    monkeypatch.setattr(gemm, "_COUNTERS", {})
+    p = GemmProblem(m=33, n=65, k=300, dtype="fp32")
+    check(p, small(gemm.SERIAL_MAX_SPLIT * 2), device)
+    assert not gemm._COUNTERS
+    check(p, small(gemm.SERIAL_MAX_SPLIT), device)
+    assert gemm._COUNTERS and counters_are_zero(device)
+
+
+def test_unknown_splitk_mode(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
+    monkeypatch.setattr(gemm, "SPLITK_MODE", "atomic")
+    inp = make_inputs(GemmProblem(m=16, n=32, k=64, dtype="fp32"), device, 0)
+    with pytest.raises(ValueError):
+        matmul(inp.a, inp.b, small(2))
 
 
 @pytest.mark.parametrize("split_k", [1, 2])
