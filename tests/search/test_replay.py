@@ -96,7 +96,8 @@ class RecordedTuner:
 
 @pytest.mark.parametrize("key", ["gemm:b1:m4096:n4096:k4096:bf16:bf16:fp32:rr",
                                  "gemm:b1:m128:n14336:k4096:bf16:bf16:fp32:rr",
-                                 "gemm:b1:m1000:n3000:k2000:bf16:bf16:fp32:rr"])
+                                 "gemm:b1:m1000:n3000:k2000:bf16:bf16:fp32:rr",
+                                 "gemm:b1:m64:n64:k65536:bf16:bf16:fp32:rr"])
 def test_service_decides_the_recorded_winner(tmp_path: Path, key: str) -> None:
     recorded, cublas, best_triton = _recorded(key)
     configs = [t["config"] for t in PROBLEMS[key] if t["backend"] == "triton"]
