@@ -1,4 +1,5 @@
-"""Shared fixtures: a database URL per storage (SQLite file, Postgres) and the API over it.
+"""Shared fixtures: a database URL per storage (SQLite file, Postgres) and the API over it;
+Triton in its CPU interpreter where there is no GPU, and ``gpu`` tests skipped there.
 
 ``database_url`` is parametrised like Optuna's storage contract suite: every test that takes it
 runs on SQLite and on Postgres. The Postgres database is reset before each test and the test is
@@ -14,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import torch
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -22,6 +24,23 @@ from search.types import GemmProblem, Measurement
 from service.app import create_app
 from service.settings import ServiceSettings
 from service.tuning import TunerFactory
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    # Must be set before triton is first imported, hence at conftest import.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("gpu") is not None and not HAS_CUDA:
+        pytest.skip("needs an NVIDIA GPU")
+
+
+@pytest.fixture
+def device() -> str:
+    """Where kernels run: the GPU when there is one, else the CPU (Triton interpreter)."""
+    return "cuda" if HAS_CUDA else "cpu"
+
 
 POSTGRES_URL = os.environ.get("KS_TEST_POSTGRES_URL",
                               "postgresql+psycopg://postgres@127.0.0.1:5432/test")
