@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
@@ -43,31 +44,27 @@ def find_known(session: Session, problem_id: int, gpu_model: str, backend: str,
     return MeasurementRecord.of(row) if row is not None else None
 
 
-def job_best(session: Session, job_id: int, backend: str | None = None
-             ) -> MeasurementRecord | None:
-    """The job's fastest ok measurement (optionally of one backend)."""
-    stmt = select(MeasurementRow).where(MeasurementRow.job_id == job_id,
-                                        MeasurementRow.status == _OK,
+def _fastest(session: Session, *where: Any, backend: str | None) -> MeasurementRecord | None:
+    stmt = select(MeasurementRow).where(*where, MeasurementRow.status == _OK,
                                         MeasurementRow.median_us.is_not(None))
     if backend is not None:
         stmt = stmt.where(MeasurementRow.backend == backend)
     row = session.scalars(stmt.order_by(MeasurementRow.median_us, MeasurementRow.id)
                           .limit(1)).first()
     return MeasurementRecord.of(row) if row is not None else None
+
+
+def job_best(session: Session, job_id: int, backend: str | None = None
+             ) -> MeasurementRecord | None:
+    """The job's fastest ok measurement (optionally of one backend)."""
+    return _fastest(session, MeasurementRow.job_id == job_id, backend=backend)
 
 
 def problem_best(session: Session, problem_id: int, gpu_model: str, backend: str | None = None
                  ) -> MeasurementRecord | None:
     """The fastest ok measurement of a problem on a GPU model (optionally of one backend)."""
-    stmt = select(MeasurementRow).where(MeasurementRow.problem_id == problem_id,
-                                        MeasurementRow.gpu_model == gpu_model,
-                                        MeasurementRow.status == _OK,
-                                        MeasurementRow.median_us.is_not(None))
-    if backend is not None:
-        stmt = stmt.where(MeasurementRow.backend == backend)
-    row = session.scalars(stmt.order_by(MeasurementRow.median_us, MeasurementRow.id)
-                          .limit(1)).first()
-    return MeasurementRecord.of(row) if row is not None else None
+    return _fastest(session, MeasurementRow.problem_id == problem_id,
+                    MeasurementRow.gpu_model == gpu_model, backend=backend)
 
 
 def latest_gpu(session: Session, problem_id: int) -> str | None:

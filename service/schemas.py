@@ -105,7 +105,7 @@ class JobIn(_In):
     seed: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
 
 
-class MeasurementOut(BaseModel):
+class LibraryOut(BaseModel):
     backend: str
     config: dict[str, Any]
     median_us: float
@@ -113,6 +113,9 @@ class MeasurementOut(BaseModel):
     p80_us: float | None
     tflops: float
     candidate_id: int | None
+
+
+class MeasurementOut(LibraryOut):
     measurement_id: int
     measured_at: datetime
 
@@ -162,16 +165,6 @@ class JobList(Page):
 
 
 # -- best, problems, trials ---------------------------------------------------------------------
-class LibraryOut(BaseModel):
-    backend: str
-    config: dict[str, Any]
-    median_us: float
-    p20_us: float | None
-    p80_us: float | None
-    tflops: float
-    candidate_id: int | None
-
-
 class BestOut(BaseModel):
     backend: str
     config: dict[str, Any]

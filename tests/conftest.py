@@ -42,25 +42,47 @@ def device() -> str:
     return "cuda" if HAS_CUDA else "cpu"
 
 
-POSTGRES_URL = os.environ.get("KS_TEST_POSTGRES_URL",
-                              "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+POSTGRES_SERVER = os.environ.get("KS_TEST_POSTGRES_URL",
+                                 "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+#: Each test session works in a schema of its own, so two runs against one server (a developer's
+#: and CI's) never drop each other's tables.
+POSTGRES_SCHEMA = f"ks_test_{os.getpid()}"
+POSTGRES_URL = (f"{POSTGRES_SERVER}{'&' if '?' in POSTGRES_SERVER else '?'}"
+                f"options=-csearch_path%3D{POSTGRES_SCHEMA}")
 _postgres_down: list[str] = []
 
 
-def _reset_postgres(url: str) -> None:
+def _postgres_dsn() -> str:
+    return POSTGRES_SERVER.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def _reset_postgres() -> None:
     import psycopg
 
     if _postgres_down:
         pytest.skip(_postgres_down[0])
-    dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
     try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
-            conn.execute("DROP SCHEMA public CASCADE")
-            conn.execute("CREATE SCHEMA public")
+        with psycopg.connect(_postgres_dsn(), autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {POSTGRES_SCHEMA} CASCADE")
+            conn.execute(f"CREATE SCHEMA {POSTGRES_SCHEMA}")
     except psycopg.OperationalError as exc:
-        _postgres_down.append(f"PostgreSQL at {url} is unreachable ({exc}); "
+        _postgres_down.append(f"PostgreSQL at {POSTGRES_SERVER} is unreachable ({exc}); "
                               "set KS_TEST_POSTGRES_URL or start the server")
         pytest.skip(_postgres_down[0])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_postgres_schema() -> Iterator[None]:
+    yield
+    if _postgres_down:
+        return
+    import psycopg
+
+    try:
+        with psycopg.connect(_postgres_dsn(), autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {POSTGRES_SCHEMA} CASCADE")
+    except psycopg.OperationalError:
+        pass
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -68,7 +90,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'kernelsearch.db'}"
     else:
-        _reset_postgres(POSTGRES_URL)
+        _reset_postgres()
         url = POSTGRES_URL
     yield url
     _release_optuna_storages()

@@ -48,6 +48,22 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @triton.jit
+def _tile_coords(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 GROUP_M: tl.constexpr):
+    """Grouped ordering: GROUP_M tile rows are swept column by column, so the B tiles a group
+    reads stay hot in L2 while its programs run."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
 def _store_c(c_ptr, total, offs_m, offs_n, M, N, stride_cm, stride_cn, EVEN_MN: tl.constexpr):
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     if EVEN_MN:
@@ -123,16 +139,7 @@ def _gemm_kernel(
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_b = tl.program_id(2).to(tl.int64)
-    # Grouped ordering: GROUP_M tile rows are swept column by column, so the B tiles a group
-    # reads stay hot in L2 while its programs run.
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = _tile_coords(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -178,9 +185,9 @@ def _gemm_kernel(
         else:
             tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
     elif SERIAL:
-        tile = pid_b * (num_pid_m * num_pid_n) + pid
+        tile = pid_b * tl.num_programs(0) + pid
         _serial_splitk(acc, ws_ptr, cnt_ptr, c_ptr + pid_b * stride_cb, tile, pid_k,
-                       num_pid_m * num_pid_n * tl.num_programs(2), offs_m, offs_n, M, N,
+                       tl.num_programs(0) * tl.num_programs(2), offs_m, offs_n, M, N,
                        stride_cm, stride_cn, BLOCK_M, BLOCK_N, SPLIT_K, FANIN, EVEN_MN)
     else:
         # Workspace [SPLIT_K, batch, M, N], contiguous fp32.
@@ -207,14 +214,7 @@ def _gemm_tma_kernel(
     # order and transposed in shared memory.
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = _tile_coords(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
     k_start = pid_k * K_PER_SPLIT
@@ -242,7 +242,7 @@ def _gemm_tma_kernel(
         else:
             tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
     elif SERIAL:
-        _serial_splitk(acc, ws_ptr, cnt_ptr, c_ptr, pid, pid_k, num_pid_m * num_pid_n,
+        _serial_splitk(acc, ws_ptr, cnt_ptr, c_ptr, pid, pid_k, tl.num_programs(0),
                        offs_m, offs_n, M, N, stride_cm, stride_cn,
                        BLOCK_M, BLOCK_N, SPLIT_K, FANIN, EVEN_MN)
     else:
