@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Autotuning kernel search: cuBLAS vs generated Triton GEMMs.")
 console = Console(stderr=True)
 
@@ -61,11 +61,17 @@ def tune(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the result here")] = None,
 ) -> None:
     """Tune one GEMM on this machine (embedded service, SQLite, local worker)."""
+    from search.types import GemmProblem, ProblemError
     from service.settings import ServiceSettings
     from workers.local import run_tuning
 
     settings = ServiceSettings(**({"database_url": database_url} if database_url else {}))
     problem = _problem(m, n, k, dtype, batch, layout_a, layout_b)
+    try:
+        GemmProblem.from_dict(problem)  # fail before starting anything
+    except ProblemError as exc:
+        raise typer.BadParameter(str(exc), param_hint=f"--{exc.field.replace('_', '-')}"
+                                 ) from None
     budget: dict[str, Any] = {"max_trials": trials}
     if seconds is not None:
         budget["max_seconds"] = seconds
@@ -252,7 +258,15 @@ def best(m: int, n: int, k: int, dtype: Dtype = "bf16", batch: int = 1,
 
 
 def main() -> None:
-    app()
+    from service.client import KernelSearchError
+
+    try:
+        app()
+    except KernelSearchError as exc:
+        # The service refused the request (bad input, unknown id) or cannot be reached: its
+        # message names the field and the rule; a traceback would only hide it.
+        console.print(f"[red]error:[/red] {exc}")
+        sys.exit(2)
 
 
 if __name__ == "__main__":
