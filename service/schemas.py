@@ -165,13 +165,7 @@ class JobList(Page):
 
 
 # -- best, problems, trials ---------------------------------------------------------------------
-class BestOut(BaseModel):
-    backend: str
-    config: dict[str, Any]
-    median_us: float
-    p20_us: float | None
-    p80_us: float | None
-    tflops: float
+class BestOut(LibraryOut):
     gpu: str
     measured_at: datetime
     problem_key: str
