@@ -143,16 +143,14 @@ class GemmTuner:
 
     def record(self, trial_number: int, measurement: Measurement) -> None:
         """Tell the study how a proposed configuration did (idempotent)."""
-        trial = self._study.get_trials(deepcopy=False)[trial_number]
-        if trial.state != TrialState.RUNNING:
+        if self._state(trial_number) != TrialState.RUNNING:
             return
         self._tell(trial_number, measurement, reused=False)
 
     def abandon(self, trial_number: int) -> None:
         """Forget a proposal that will never be measured (its job was cancelled or ran out of
         time): the configuration may be proposed again later."""
-        trial = self._study.get_trials(deepcopy=False)[trial_number]
-        if trial.state == TrialState.RUNNING:
+        if self._state(trial_number) == TrialState.RUNNING:
             self._study.tell(trial_number, state=TrialState.PRUNED)
 
     def best(self) -> tuple[dict[str, Any], float] | None:
@@ -164,10 +162,17 @@ class GemmTuner:
         top = min(feasible, key=lambda t: t.value)
         return dict(top.params), float(top.value)
 
+    def _trial_id(self, trial_number: int) -> int:
+        return self._study._storage.get_trial_id_from_study_id_trial_number(
+            self._study._study_id, trial_number)
+
+    def _state(self, trial_number: int) -> TrialState:
+        # One trial's row, not the whole study: this runs on every report.
+        return self._study._storage.get_trial(self._trial_id(trial_number)).state
+
     def _tell(self, trial_number: int, m: Measurement, *, reused: bool) -> None:
         storage = self._study._storage
-        trial_id = storage.get_trial_id_from_study_id_trial_number(self._study._study_id,
-                                                                   trial_number)
+        trial_id = self._trial_id(trial_number)
         storage.set_trial_user_attr(trial_id, "status", str(m.status))
         if reused:
             storage.set_trial_user_attr(trial_id, "reused", True)

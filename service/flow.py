@@ -43,7 +43,7 @@ from search.types import (
 )
 from service.errors import Conflict, Gone, InvalidInput, NotFound
 from service.settings import ServiceSettings
-from service.tuning import Tuner, TunerPool, abandon
+from service.tuning import Tuner, TunerPool
 
 log = logging.getLogger("kernelsearch.flow")
 
@@ -342,7 +342,7 @@ class Flow:
                         jobs.mark_exhausted(s, job.id)
             if not still_active:
                 for p in proposals:
-                    self._safely(lambda t=tuner, n=p.trial_number: abandon(t, n))
+                    self._safely(lambda t=tuner, n=p.trial_number: t.abandon(n))
         if tuner.exhausted:
             self._settle(job.id, now)
 
@@ -390,7 +390,7 @@ class Flow:
         if trials and job.bound_gpu is not None:
             def close(t: Tuner) -> None:
                 for n in trials:
-                    abandon(t, n)
+                    t.abandon(n)
             self._with_tuner(job, job.bound_gpu, close)
 
     def _with_tuner(self, job: JobRecord, gpu_model: str, fn: Callable[[Tuner], None]) -> None:

@@ -32,6 +32,9 @@ class Tuner(Protocol):
 
     def record(self, trial_number: int, measurement: Measurement) -> None: ...
 
+    def abandon(self, trial_number: int) -> None:
+        """Forget a proposal that will never be measured (cancelled, out of time)."""
+
 
 #: ``(storage_url, problem, gpu_model, limits, seed) -> Tuner``
 TunerFactory = Callable[[str, GemmProblem, str, DeviceLimits, int], Tuner]
@@ -43,25 +46,6 @@ def optuna_tuner(storage_url: str, problem: GemmProblem, gpu_model: str, limits:
     from search.optimizer import GemmTuner
 
     return GemmTuner(storage_url, problem, gpu_model, limits, seed=seed)
-
-
-def abandon(tuner: Tuner, trial_number: int) -> None:
-    """Close a trial whose candidate was cancelled unmeasured, so its config may come back.
-
-    Uses ``tuner.abandon`` where the tuner has one; else fails the trial in the Optuna study.
-    """
-    method = getattr(tuner, "abandon", None)
-    if method is not None:
-        method(trial_number)
-        return
-    study = getattr(tuner, "study", None)
-    if study is None:
-        return
-    from optuna.trial import TrialState
-
-    trial = study.get_trials(deepcopy=False)[trial_number]
-    if trial.state == TrialState.RUNNING:
-        study.tell(trial_number, state=TrialState.FAIL)
 
 
 class TunerPool:

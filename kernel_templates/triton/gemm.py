@@ -125,6 +125,31 @@ def _serial_splitk(
 
 
 @triton.jit
+def _epilogue(
+    acc, c_ptr, ws_ptr, cnt_ptr, pid, pid_k, pid_b, offs_m, offs_n, M, N, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, SERIAL: tl.constexpr,
+    FANIN: tl.constexpr, EVEN_MN: tl.constexpr,
+):  # fmt: skip
+    # Where a program's tile goes, shared by the pointer and the TMA kernels. ``c_ptr`` is
+    # already offset to this program's batch; grid axis 2 is the batch.
+    if SPLIT_K == 1:
+        _store_c(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, EVEN_MN)
+    elif SERIAL:
+        tile = pid_b * tl.num_programs(0) + pid
+        _serial_splitk(acc, ws_ptr, cnt_ptr, c_ptr, tile, pid_k,
+                       tl.num_programs(0) * tl.num_programs(2), offs_m, offs_n, M, N,
+                       stride_cm, stride_cn, BLOCK_M, BLOCK_N, SPLIT_K, FANIN, EVEN_MN)
+    else:
+        # Workspace [SPLIT_K, batch, M, N], contiguous fp32, summed by _splitk_reduce_kernel.
+        slab = (pid_k.to(tl.int64) * tl.num_programs(2) + pid_b) * M * N
+        ws_ptrs = ws_ptr + slab + offs_m[:, None] * N + offs_n[None, :]
+        if EVEN_MN:
+            tl.store(ws_ptrs, acc)
+        else:
+            tl.store(ws_ptrs, acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit
 def _gemm_kernel(
     a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr,
     M, N, K, K_PER_SPLIT,
@@ -176,27 +201,9 @@ def _gemm_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if SPLIT_K == 1:
-        c_ptrs = (c_ptr + pid_b * stride_cb
-                  + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn)
-        if EVEN_MN:
-            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty))
-        else:
-            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
-    elif SERIAL:
-        tile = pid_b * tl.num_programs(0) + pid
-        _serial_splitk(acc, ws_ptr, cnt_ptr, c_ptr + pid_b * stride_cb, tile, pid_k,
-                       tl.num_programs(0) * tl.num_programs(2), offs_m, offs_n, M, N,
-                       stride_cm, stride_cn, BLOCK_M, BLOCK_N, SPLIT_K, FANIN, EVEN_MN)
-    else:
-        # Workspace [SPLIT_K, batch, M, N], contiguous fp32.
-        slab = (pid_k * tl.num_programs(2) + pid_b) * M * N
-        ws_ptrs = ws_ptr + slab + offs_m[:, None] * N + offs_n[None, :]
-        if EVEN_MN:
-            tl.store(ws_ptrs, acc)
-        else:
-            tl.store(ws_ptrs, acc, mask=mask)
+    _epilogue(acc, c_ptr + pid_b * stride_cb, ws_ptr, cnt_ptr, pid, pid_k, pid_b,
+              offs_m, offs_n, M, N, stride_cm, stride_cn,
+              BLOCK_M, BLOCK_N, SPLIT_K, SERIAL, FANIN, EVEN_MN)
 
 
 @triton.jit
@@ -234,23 +241,8 @@ def _gemm_tma_kernel(
 
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if SPLIT_K == 1:
-        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-        if EVEN_MN:
-            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty))
-        else:
-            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
-    elif SERIAL:
-        _serial_splitk(acc, ws_ptr, cnt_ptr, c_ptr, pid, pid_k, tl.num_programs(0),
-                       offs_m, offs_n, M, N, stride_cm, stride_cn,
-                       BLOCK_M, BLOCK_N, SPLIT_K, FANIN, EVEN_MN)
-    else:
-        ws_ptrs = ws_ptr + pid_k.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
-        if EVEN_MN:
-            tl.store(ws_ptrs, acc)
-        else:
-            tl.store(ws_ptrs, acc, mask=mask)
+    _epilogue(acc, c_ptr, ws_ptr, cnt_ptr, pid, pid_k, 0, offs_m, offs_n, M, N,
+              stride_cm, stride_cn, BLOCK_M, BLOCK_N, SPLIT_K, SERIAL, FANIN, EVEN_MN)
 
 
 @triton.jit

@@ -93,6 +93,9 @@ class RecordedTuner:
     def record(self, trial_number: int, measurement: Measurement) -> None:
         pass
 
+    def abandon(self, trial_number: int) -> None:
+        pass
+
 
 @pytest.mark.parametrize("key", ["gemm:b1:m4096:n4096:k4096:bf16:bf16:fp32:rr",
                                  "gemm:b1:m128:n14336:k4096:bf16:bf16:fp32:rr",
