@@ -201,19 +201,16 @@ class IsolatedRunner:
         import torch and create a CUDA context costs seconds, which per batch was a third of
         a 64-trial tuning run on the H100.
         """
-        todo = [c.to_dict() for c in candidates if c.backend == "triton"]
+        todo = _triton_dicts(candidates)
         if self.interpret or not todo:
             return 0
         if self._pool is None:
             n = processes or max(1, min(8, (os.cpu_count() or 2) - 2))
             self._pool = self._ctx.Pool(processes=n, maxtasksperchild=64)
-        result = self._pool.map_async(_compile_one, todo, chunksize=1)
-        try:
-            return sum(result.get(timeout=timeout_s))
-        except mp.TimeoutError:
-            self._pool.terminate()
+        done = _compile_all(self._pool, todo, timeout_s)
+        if done is None:  # timed out: the pool is gone, the next batch starts a fresh one
             self._pool = None
-            return 0
+        return done or 0
 
 
 # -- compile-cache warming --------------------------------------------------------------------
@@ -241,14 +238,23 @@ def prepare(candidates: Iterable[Candidate], interpret: bool = False, processes:
     Returns how many compiled and ran; failures are left for the real run to classify. A no-op
     for the interpreter (nothing is compiled) and for non-Triton backends.
     """
-    todo = [c.to_dict() for c in candidates if c.backend == "triton"]
+    todo = _triton_dicts(candidates)
     if interpret or not todo:
         return 0
     ctx = mp.get_context("spawn")
     with ctx.Pool(processes=min(processes, len(todo)), maxtasksperchild=16) as pool:
-        result = pool.map_async(_compile_one, todo, chunksize=1)
-        try:
-            return sum(result.get(timeout=timeout_s))
-        except mp.TimeoutError:
-            pool.terminate()
-            return 0
+        return _compile_all(pool, todo, timeout_s) or 0
+
+
+def _triton_dicts(candidates: Iterable[Candidate]) -> list[dict[str, Any]]:
+    return [c.to_dict() for c in candidates if c.backend == "triton"]
+
+
+def _compile_all(pool: Any, todo: list[dict[str, Any]], timeout_s: float) -> int | None:
+    """How many of ``todo`` compiled and ran in ``pool``; None (pool terminated) on timeout."""
+    result = pool.map_async(_compile_one, todo, chunksize=1)
+    try:
+        return sum(result.get(timeout=timeout_s))
+    except mp.TimeoutError:
+        pool.terminate()
+        return None
