@@ -1,0 +1,558 @@
+"""The decision loop: is the library sufficient, or does a custom kernel win? With evidence.
+
+A state machine with no I/O. The service's flow gathers what is known about one job into an
+:class:`Evidence` (calibration, every library and custom trial with its result, the interleaved
+verification) and asks :func:`plan` what to do next; it carries out the :class:`Action` s (create
+candidates, cancel pending ones, store the :class:`Decision`) and asks again when a result
+arrives. Because the state is *derived* from stored results every time, a restarted service, or
+another replica, picks up exactly where the last one was.
+
+Stages::
+
+    calibrate + library  ->  verdict 1: efficiency = attainable / library time
+        >= threshold  ->  library_sufficient (stop: no custom trial is spent)
+        else          ->  custom: tiers in order (plain tiles -> split-K -> Hopper variants ->
+                          lower precision, those that apply), each with its share of the
+                          trial budget; a tier stops early when it stalls (no > min_gain
+                          improvement in ``patience`` trials) or, after ``probe`` trials, is
+                          still more than ``promise_gap`` behind the library
+    verify  ->  verdict 2: library best and custom best re-measured interleaved (A B A B ...);
+                the custom kernel is adopted only when faster by more than the measured
+                spread (ties go to the library: somebody else maintains it)
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from search.roofline import Calibration, Roofline, roofline
+from search.types import GemmProblem
+
+__all__ = [
+    "Action", "Calibrate", "Decide", "Decision", "Evidence", "MeasureLibrary", "Pick", "Plan",
+    "Policy", "Search", "Stage", "StopTier", "TierPlan", "TierProgress", "Trial", "Verdict",
+    "Verification", "Verify", "Wait", "plan", "tier_progress",
+]
+
+
+class Verdict(StrEnum):
+    LIBRARY_SUFFICIENT = "library_sufficient"
+    CUSTOM_WINS = "custom_wins"
+    LIBRARY_WINS_AFTER_SEARCH = "library_wins_after_search"
+
+
+class Stage(StrEnum):
+    LIBRARY = "library"
+    CUSTOM = "custom"
+    VERIFY = "verify"
+    DECIDED = "decided"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How the agent spends GPU time. ``full_search`` disables every early stop (the baseline
+    the agent is benchmarked against); ``force_custom`` skips verdict 1."""
+
+    threshold: float = 0.9
+    force_custom: bool = False
+    full_search: bool = False
+    allow_tf32: bool = False
+    patience: int = 10
+    min_gain: float = 0.01
+    probe: int = 6
+    promise_gap: float = 0.10
+    verify_rounds: int = 5
+    #: verify only a custom best whose search median is within this of the library's
+    verify_margin: float = 0.03
+
+    def __post_init__(self) -> None:
+        checks = {
+            "threshold": 0 < self.threshold <= 1,
+            "patience": self.patience >= 1,
+            "min_gain": 0 <= self.min_gain < 1,
+            "probe": self.probe >= 1,
+            "promise_gap": self.promise_gap >= 0,
+            "verify_rounds": self.verify_rounds >= 5,
+            "verify_margin": self.verify_margin >= 0,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"policy.{name}={getattr(self, name)!r} is out of range")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Policy:
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in (data or {}).items() if k in names})
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """A tier of the custom search: its name, its weight in the budget, whether it applies to
+    this problem on this device and why (the reason is shown either way)."""
+
+    name: str
+    weight: float
+    applicable: bool = True
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One library or custom candidate and, once it ran, its result (``status`` None: out)."""
+
+    id: int
+    backend: str
+    config: Mapping[str, Any] = field(hash=False)
+    tier: str | None = None  # None: a library candidate
+    status: str | None = None
+    median_us: float | None = None
+    p20_us: float | None = None
+    p80_us: float | None = None
+    gpu_s: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.status is not None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.median_us is not None
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Interleaved re-measurement: per-round medians of each contender."""
+
+    library_id: int
+    custom_id: int
+    status: str | None = None  # None: outstanding
+    library_us: tuple[float, ...] = ()
+    custom_us: tuple[float, ...] = ()
+    gpu_s: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything known about one job's decision (built by the service from the database)."""
+
+    problem: GemmProblem
+    policy: Policy
+    calibration: Calibration | None
+    calibration_failed: bool = False
+    calibration_pending: bool = False
+    library_backends: tuple[str, ...] = ("cublas",)
+    library_configs: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    custom_allowed: bool = True
+    tiers: tuple[TierPlan, ...] = ()
+    trials: tuple[Trial, ...] = ()
+    exhausted_tiers: frozenset[str] = frozenset()
+    verification: Verification | None = None
+    max_trials: int | None = None
+    time_up: bool = False
+    calibration_gpu_s: float = 0.0
+
+    @property
+    def library(self) -> list[Trial]:
+        return [t for t in self.trials if t.tier is None]
+
+    @property
+    def custom(self) -> list[Trial]:
+        return [t for t in self.trials if t.tier is not None]
+
+
+# -- actions ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Calibrate:
+    """Measure the device (no usable calibration for this GPU model and toolkit)."""
+
+
+@dataclass(frozen=True)
+class MeasureLibrary:
+    """Create library candidates: ``(backend, config)`` pairs not created yet."""
+
+    candidates: tuple[tuple[str, Mapping[str, Any]], ...]
+
+
+@dataclass(frozen=True)
+class Search:
+    """Up to ``n`` more custom trials in ``tier`` (``None``: no trial cap, only the window)."""
+
+    tier: str
+    n: int | None
+
+
+@dataclass(frozen=True)
+class StopTier:
+    """The tier is over: its pending (not yet leased) candidates should be cancelled."""
+
+    tier: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Verify:
+    library: Trial
+    custom: Trial
+    rounds: int
+
+
+@dataclass(frozen=True)
+class Wait:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One contender of the decision."""
+
+    backend: str
+    config: Mapping[str, Any] = field(hash=False)
+    median_us: float = 0.0
+    spread_us: float = 0.0
+    efficiency: float | None = None
+    candidate_id: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "config": dict(self.config),
+                "median_us": self.median_us, "spread_us": self.spread_us,
+                "efficiency": self.efficiency, "candidate_id": self.candidate_id}
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    rationale: str
+    chosen: str  # "library" | "custom"
+    library: Pick | None
+    custom: Pick | None
+    roofline: Roofline | None
+    speedup: float | None  # library time / chosen time (1.0 when the library is chosen)
+    verified: bool
+    spend: Mapping[str, Mapping[str, float]] = field(hash=False)  # stage -> trials, gpu_s
+    tiers: tuple[Mapping[str, Any], ...] = ()
+    policy: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        rf = self.roofline
+        return {
+            "verdict": str(self.verdict), "rationale": self.rationale, "chosen": self.chosen,
+            "library": self.library.to_dict() if self.library else None,
+            "custom": self.custom.to_dict() if self.custom else None,
+            "bound": rf.bound if rf else None,
+            "attainable_us": rf.attainable_us if rf else None,
+            "roofline": rf.to_dict() if rf else None,
+            "speedup": self.speedup, "verified": self.verified,
+            "spend": {k: dict(v) for k, v in self.spend.items()},
+            "tiers": [dict(t) for t in self.tiers], "policy": dict(self.policy),
+        }
+
+
+@dataclass(frozen=True)
+class Decide:
+    decision: Decision
+
+
+Action = Calibrate | MeasureLibrary | Search | StopTier | Verify | Wait | Decide
+
+
+@dataclass(frozen=True)
+class Plan:
+    stage: Stage
+    actions: tuple[Action, ...]
+
+
+# -- tiers -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TierProgress:
+    name: str
+    budget: int | None
+    created: int
+    done: int
+    best_us: float | None
+    ended: bool
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tier": self.name, "budget": self.budget, "trials": self.created,
+                "done": self.done, "best_us": self.best_us, "ended": self.ended,
+                "reason": self.reason}
+
+
+def _library_best(ev: Evidence) -> Trial | None:
+    ok = [t for t in ev.library if t.ok]
+    return min(ok, key=lambda t: (t.median_us, t.id)) if ok else None
+
+
+def _custom_best(trials: Sequence[Trial]) -> Trial | None:
+    ok = [t for t in trials if t.ok]
+    return min(ok, key=lambda t: (t.median_us, t.id)) if ok else None
+
+
+def tier_progress(ev: Evidence) -> list[TierProgress]:
+    """Where each applicable tier stands. Tiers run in order; tier *t* gets
+    ``round(total x cumulative weight up to t)`` minus what earlier tiers created, so a tier that
+    stopped early passes its unspent trials on."""
+    pol = ev.policy
+    tiers = [t for t in ev.tiers if t.applicable]
+    total_w = sum(t.weight for t in tiers) or 1.0
+    lib = _library_best(ev)
+    out: list[TierProgress] = []
+    created_before, cum_w = 0, 0.0
+    running_best: float | None = None
+    for i, tier in enumerate(tiers):
+        cum_w += tier.weight
+        trials = sorted((t for t in ev.custom if t.tier == tier.name), key=lambda t: t.id)
+        if ev.max_trials is None:
+            budget = None
+        elif i == len(tiers) - 1:
+            budget = max(0, ev.max_trials - created_before)
+        else:
+            budget = max(0, round(ev.max_trials * cum_w / total_w) - created_before)
+        done = [t for t in trials if t.done]
+        best = _custom_best(trials)
+        ended, reason = False, ""
+        # patience: trials since the last > min_gain improvement of the custom best so far
+        since = 0
+        for t in done:
+            if t.ok and (running_best is None or t.median_us < running_best * (1 - pol.min_gain)):
+                running_best, since = t.median_us, 0
+            else:
+                since += 1
+                if t.ok and running_best is not None:
+                    running_best = min(running_best, t.median_us)
+        if budget is not None and len(trials) >= budget and len(done) == len(trials):
+            ended, reason = True, f"budget of {budget} trials spent"
+        elif tier.name in ev.exhausted_tiers and len(done) == len(trials):
+            ended, reason = True, "space exhausted: every feasible configuration was tried"
+        elif not pol.full_search and since >= pol.patience:
+            ended, reason = True, (f"stalled: no gain over {pol.min_gain:.0%} in the last "
+                                   f"{since} trials")
+        elif (not pol.full_search and lib is not None and len(done) >= pol.probe
+              and (best is None or best.median_us > lib.median_us * (1 + pol.promise_gap))):
+            gap = "no correct kernel" if best is None else (
+                f"best {best.median_us:.1f} us is {best.median_us / lib.median_us - 1:.0%} "
+                f"behind the library's {lib.median_us:.1f} us")
+            ended, reason = True, (f"not promising: after {len(done)} trials, {gap} "
+                                   f"(gap allowed {pol.promise_gap:.0%})")
+        elif ev.time_up and len(done) == len(trials):
+            ended, reason = True, "time budget spent"
+        out.append(TierProgress(tier.name, budget, len(trials), len(done),
+                                best.median_us if best else None, ended, reason))
+        created_before += len(trials)
+    return out
+
+
+# -- the plan --------------------------------------------------------------------------------
+def plan(ev: Evidence) -> Plan:
+    """What to do next for the job described by ``ev``."""
+    pol = ev.policy
+    actions: list[Action] = []
+    need_cal = ev.calibration is None and not ev.calibration_failed
+    if need_cal and not ev.calibration_pending:
+        actions.append(Calibrate())
+    have = {(t.backend, _key(t.config)) for t in ev.library}
+    wanted = tuple((b, c) for b, c in ev.library_configs if (b, _key(c)) not in have)
+    if wanted:
+        actions.append(MeasureLibrary(wanted))
+
+    lib_pending = any(not t.done for t in ev.library) or bool(wanted)
+    skip_verdict1 = pol.force_custom or pol.full_search or not ev.library_configs
+    if not skip_verdict1 and (lib_pending or need_cal):
+        return Plan(Stage.LIBRARY, (*actions, Wait("waiting for the library and calibration")))
+
+    rf = roofline(ev.problem, ev.calibration, pol.allow_tf32)
+    lib = _library_best(ev)
+    lib_eff = rf.efficiency(lib.median_us) if (rf and lib) else None
+    if not skip_verdict1 and lib is not None and lib_eff is not None \
+            and lib_eff >= pol.threshold:
+        return Plan(Stage.DECIDED, (Decide(_decide_library_sufficient(ev, rf, lib, lib_eff)),))
+    if not ev.custom_allowed:
+        if lib_pending:
+            return Plan(Stage.LIBRARY, (*actions, Wait("waiting for the library")))
+        return Plan(Stage.DECIDED, (Decide(_decide_no_custom(ev, rf, lib, lib_eff)),))
+
+    # custom stage
+    progress = tier_progress(ev)
+    for p in progress:
+        if p.ended and any(not t.done for t in ev.custom if t.tier == p.name):
+            actions.append(StopTier(p.name, p.reason))
+    # The first tier with room: a tier whose budget is all created (some still running) no
+    # longer holds the next one back, so the GPU never idles at a tier boundary.
+    active = next((p for p in progress if not p.ended and p.name not in ev.exhausted_tiers
+                   and (p.budget is None or p.created < p.budget)), None)
+    if active is not None and not ev.time_up:
+        room = None if active.budget is None else active.budget - active.created
+        return Plan(Stage.CUSTOM, (*actions, Search(active.name, room)))
+    outstanding = any(not t.done for t in ev.trials)
+    if outstanding or lib_pending:
+        return Plan(Stage.CUSTOM, (*actions, Wait("waiting for custom trials")))
+
+    # verification
+    cus = _custom_best(ev.custom)
+    if cus is not None and lib is not None and not ev.time_up \
+            and cus.median_us < lib.median_us * (1 + pol.verify_margin):
+        v = ev.verification
+        if v is None or (v.library_id, v.custom_id) != (lib.id, cus.id):
+            return Plan(Stage.VERIFY, (*actions, Verify(lib, cus, pol.verify_rounds)))
+        if v.status is None:
+            return Plan(Stage.VERIFY, (*actions, Wait("waiting for the verification")))
+    return Plan(Stage.DECIDED, (Decide(_decide_after_search(ev, rf, lib, cus, progress)),))
+
+
+# -- decisions -------------------------------------------------------------------------------
+def _key(config: Mapping[str, Any]) -> str:
+    return repr(sorted(config.items()))
+
+
+def _spread(t: Trial) -> float:
+    if t.p20_us is None or t.p80_us is None:
+        return 0.0
+    return max(0.0, t.p80_us - t.p20_us)
+
+
+def _pick(t: Trial, rf: Roofline | None, median: float | None = None,
+          spread: float | None = None) -> Pick:
+    m = t.median_us if median is None else median
+    return Pick(t.backend, dict(t.config), float(m), _spread(t) if spread is None else spread,
+                rf.efficiency(m) if rf else None, t.id)
+
+
+def _spend(ev: Evidence) -> dict[str, dict[str, float]]:
+    lib, cus = ev.library, ev.custom
+    v = ev.verification
+    return {
+        "calibration": {"trials": 0, "gpu_s": round(ev.calibration_gpu_s, 3)},
+        "library": {"trials": sum(t.done for t in lib),
+                    "gpu_s": round(sum(t.gpu_s for t in lib), 3)},
+        "custom": {"trials": sum(t.done for t in cus),
+                   "gpu_s": round(sum(t.gpu_s for t in cus), 3)},
+        "verify": {"trials": int(v is not None and v.status is not None),
+                   "gpu_s": round(v.gpu_s if v else 0.0, 3)},
+    }
+
+
+def _describe_roofline(rf: Roofline | None) -> str:
+    if rf is None:
+        return "no device calibration, so no roofline"
+    return (f"{rf.bound}-bound: the roofline allows {rf.attainable_us:.1f} us "
+            f"(compute {rf.compute_us:.1f} us, memory {rf.memory_us:.1f} us)")
+
+
+def _decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial,
+                               eff: float) -> Decision:
+    why = (f"{_describe_roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us, "
+           f"{eff:.0%} of the attainable, at or above the {ev.policy.threshold:.0%} threshold: "
+           "the library is sufficient and no custom kernel was tried.")
+    return Decision(Verdict.LIBRARY_SUFFICIENT, why, "library", _pick(lib, rf), None, rf, 1.0,
+                    False, _spend(ev), (), ev.policy.to_dict())
+
+
+def _decide_no_custom(ev: Evidence, rf: Roofline | None, lib: Trial | None,
+                      eff: float | None) -> Decision:
+    if lib is None:
+        why = "no library candidate ran correctly and the job allows no custom backend."
+    else:
+        eff_text = f"{eff:.0%} of the attainable" if eff is not None else "efficiency unknown"
+        why = (f"{_describe_roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us "
+               f"({eff_text}); the job allows no custom backend, so the library stands.")
+    return Decision(Verdict.LIBRARY_SUFFICIENT, why, "library",
+                    _pick(lib, rf) if lib else None, None, rf, 1.0 if lib else None, False,
+                    _spend(ev), (), ev.policy.to_dict())
+
+
+def _decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,
+                         cus: Trial | None, progress: list[TierProgress]) -> Decision:
+    pol = ev.policy
+    tiers = tuple(p.to_dict() for p in progress) + tuple(
+        {"tier": t.name, "trials": 0, "ended": True, "reason": f"skipped: {t.reason}"}
+        for t in ev.tiers if not t.applicable)
+    spend = _spend(ev)
+    n_custom = spend["custom"]["trials"]
+    lib_eff = rf.efficiency(lib.median_us) if (rf and lib) else None
+    why = [_describe_roofline(rf) + "."]
+    if lib is not None:
+        eff_text = f"{lib_eff:.0%} of the attainable" if lib_eff is not None else "no roofline"
+        if pol.force_custom or pol.full_search:
+            why.append(f"{lib.backend} takes {lib.median_us:.1f} us ({eff_text}); the custom "
+                       "stage was forced by the job's policy.")
+        else:
+            why.append(f"{lib.backend} takes {lib.median_us:.1f} us ({eff_text}, under the "
+                       f"{pol.threshold:.0%} threshold), so custom kernels were searched.")
+    else:
+        why.append("no library candidate ran correctly (or none was allowed).")
+    ran = ", ".join(f"{p.name}: {p.created} trials ({p.reason or 'open'})" for p in progress)
+    if ran:
+        why.append(f"Tiers - {ran}.")
+    v = ev.verification
+    verified = False
+    if cus is None:
+        verdict = Verdict.LIBRARY_WINS_AFTER_SEARCH
+        why.append(f"No custom kernel ran correctly in {n_custom} trials.")
+        chosen = "library"
+        lib_pick, cus_pick = (_pick(lib, rf) if lib else None), None
+    elif lib is None:
+        verdict, chosen = Verdict.CUSTOM_WINS, "custom"
+        why.append(f"The custom kernel ({cus.median_us:.1f} us) is the only correct one.")
+        lib_pick, cus_pick = None, _pick(cus, rf)
+    elif v is not None and v.status == "ok" and (v.library_id, v.custom_id) == (lib.id, cus.id) \
+            and v.library_us and v.custom_us:
+        verified = True
+        lm, cm = statistics.median(v.library_us), statistics.median(v.custom_us)
+        ls, cs = _range(v.library_us), _range(v.custom_us)
+        spread = max(ls, cs)
+        lib_pick, cus_pick = _pick(lib, rf, lm, ls), _pick(cus, rf, cm, cs)
+        rounds = len(v.library_us)
+        if lm - cm > spread:
+            verdict, chosen = Verdict.CUSTOM_WINS, "custom"
+            why.append(f"Interleaved over {rounds} rounds the custom kernel took {cm:.2f} us vs "
+                       f"the library's {lm:.2f} us: {lm / cm:.3f}x, a gap of "
+                       f"{lm - cm:.2f} us over the measured spread of {spread:.2f} us.")
+        else:
+            verdict, chosen = Verdict.LIBRARY_WINS_AFTER_SEARCH, "library"
+            if cm < lm:
+                why.append(f"Interleaved over {rounds} rounds the custom kernel took {cm:.2f} us "
+                           f"vs the library's {lm:.2f} us, within the measured spread of "
+                           f"{spread:.2f} us: a tie, which goes to the library.")
+            else:
+                why.append(f"Interleaved over {rounds} rounds the custom kernel took {cm:.2f} us "
+                           f"vs the library's {lm:.2f} us: the library is faster.")
+    else:
+        lib_pick, cus_pick = _pick(lib, rf), _pick(cus, rf)
+        spread = max(_spread(lib), _spread(cus))
+        if v is not None and v.status not in (None, "ok"):
+            why.append(f"The verification failed ({v.status}: {v.error or 'no detail'}); "
+                       "the library is kept.")
+            verdict, chosen = Verdict.LIBRARY_WINS_AFTER_SEARCH, "library"
+        elif cus.median_us >= lib.median_us * (1 + pol.verify_margin):
+            verdict, chosen = Verdict.LIBRARY_WINS_AFTER_SEARCH, "library"
+            why.append(f"The best custom kernel took {cus.median_us:.1f} us vs the library's "
+                       f"{lib.median_us:.1f} us ({cus.median_us / lib.median_us:.2f}x slower); "
+                       "too far behind to be worth re-measuring.")
+        elif lib.median_us - cus.median_us > spread:
+            verdict, chosen = Verdict.CUSTOM_WINS, "custom"
+            why.append(f"Not re-measured (time budget spent); on the search medians the custom "
+                       f"kernel took {cus.median_us:.1f} us vs {lib.median_us:.1f} us, beyond "
+                       f"the p20-p80 spread of {spread:.2f} us.")
+        else:
+            verdict, chosen = Verdict.LIBRARY_WINS_AFTER_SEARCH, "library"
+            why.append(f"Not re-measured (time budget spent); the custom kernel's "
+                       f"{cus.median_us:.1f} us vs {lib.median_us:.1f} us is within the spread "
+                       "of the measurements: a tie goes to the library.")
+    speedup = None
+    if lib_pick is not None:
+        chosen_us = cus_pick.median_us if chosen == "custom" and cus_pick else lib_pick.median_us
+        speedup = lib_pick.median_us / chosen_us
+    return Decision(verdict, " ".join(why), chosen, lib_pick, cus_pick, rf, speedup, verified,
+                    spend, tiers, pol.to_dict())
+
+
+def _range(xs: Sequence[float]) -> float:
+    return (max(xs) - min(xs)) if xs else 0.0

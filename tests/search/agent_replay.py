@@ -1,0 +1,170 @@
+"""A replay runner for the decision loop: a FAKE device that serves real recorded measurements.
+
+``tests/data/h100_gemm_trials.json`` holds what an H100 measured for the public shapes (cuBLAS
+and 64 Triton trials each). :class:`ReplayDevice` answers the agent's actions from it: the
+library candidate gets the recorded cuBLAS time, a tier's search gets the recorded Triton trials
+of that tier in their recorded order, a verification gets five rounds drawn from each
+contender's recorded p20..p80 band. Nothing here is a GPU result; it lets the agent's logic be
+tested on the CPU against realistic numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from search.agent import (
+    Calibrate,
+    Decide,
+    Decision,
+    Evidence,
+    MeasureLibrary,
+    Policy,
+    Search,
+    StopTier,
+    TierPlan,
+    Trial,
+    Verification,
+    Verify,
+    Wait,
+    plan,
+)
+from search.roofline import Calibration
+from search.types import GemmProblem
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "h100_gemm_trials.json"
+#: Calibration of the replayed H100: the copy bandwidth quoted for that machine (3.0 TB/s, bytes
+#: read + written) and peaks from the recorded cuBLAS times of the large compute-bound shapes.
+H100_REPLAY_CALIBRATION = Calibration(
+    "NVIDIA H100 80GB HBM3 (replay)", 3000.0,
+    {"bf16": 2 * 4096**3 / 176.9e-6 / 1e12, "fp16": 2 * 4096**3 / 176.9e-6 / 1e12,
+     "fp32": 2 * 4096**3 / 2645.9e-6 / 1e12})
+
+
+def problem_of(key: str) -> GemmProblem:
+    parts = key.split(":")
+    dims = {p[0]: int(p[1:]) for p in parts[1:5]}
+    return GemmProblem(m=dims["m"], n=dims["n"], k=dims["k"], batch=dims["b"], dtype=parts[5])
+
+
+def recorded() -> dict[str, list[dict[str, Any]]]:
+    data = json.loads(DATA.read_text())
+    return {p["problem_key"]: p["trials"] for p in data["problems"]}
+
+
+def tier_of(config: dict[str, Any]) -> str:
+    return "split_k" if int(config.get("SPLIT_K", 1)) > 1 else "tiles"
+
+
+def replay_tiers(problem: GemmProblem) -> tuple[TierPlan, ...]:
+    split_ok = problem.k >= 1024 and (problem.m // 128 + 1) * (problem.n // 128 + 1) < 132
+    return (TierPlan("tiles", 4.0),
+            TierPlan("split_k", 3.0, split_ok, "" if split_ok else "the grid fills the GPU"))
+
+
+@dataclass
+class ReplayDevice:
+    """Drives ``plan`` to a decision, answering from recorded results (a fake, not a GPU)."""
+
+    problem: GemmProblem
+    trials: list[dict[str, Any]]
+    policy: Policy
+    max_trials: int | None = 64
+    window: int = 4
+    calibration: Calibration | None = H100_REPLAY_CALIBRATION
+    #: overrides for recorded results: config key -> trial fields (e.g. a wrong result)
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    library_us: float | None = None  # replace the recorded cuBLAS time
+    verify_jitter: float = 1.0  # scales the p20..p80 band the verify rounds are drawn from
+    gpu_s_per_trial: float = 1.0  # the cost model of this fake: every measurement costs 1 s
+    log: list[str] = field(default_factory=list)
+
+    def run(self, max_steps: int = 1000) -> Decision:
+        state = _State()
+        lib = [t for t in self.trials if t["backend"] == "cublas"][0]
+        by_tier: dict[str, list[dict[str, Any]]] = {}
+        for t in self.trials:
+            if t["backend"] == "triton":
+                by_tier.setdefault(tier_of(t["config"]), []).append(t)
+        for _ in range(max_steps):
+            ev = self._evidence(state)
+            p = plan(ev)
+            for a in p.actions:
+                self.log.append(f"{p.stage}: {a}")
+                if isinstance(a, Decide):
+                    return a.decision
+                if isinstance(a, Calibrate):
+                    state.calibrated = True
+                elif isinstance(a, MeasureLibrary):
+                    rec = dict(lib)
+                    if self.library_us is not None:
+                        f = self.library_us / rec["median_us"]
+                        rec = {**rec, "median_us": self.library_us, "p20_us": rec["p20_us"] * f,
+                               "p80_us": rec["p80_us"] * f}
+                    state.add(rec, None, self.gpu_s_per_trial)
+                elif isinstance(a, Search):
+                    queue = by_tier.get(a.tier, [])
+                    n = self.window if a.n is None else min(a.n, self.window)
+                    for _ in range(n):
+                        if state.cursor.get(a.tier, 0) >= len(queue):
+                            state.exhausted.add(a.tier)
+                            break
+                        rec = queue[state.cursor.get(a.tier, 0)]
+                        state.cursor[a.tier] = state.cursor.get(a.tier, 0) + 1
+                        rec = {**rec, **self.overrides.get(json.dumps(rec["config"],
+                                                                      sort_keys=True), {})}
+                        state.add(rec, a.tier, self.gpu_s_per_trial)
+                elif isinstance(a, StopTier):
+                    pass  # every replayed trial completes at once: nothing is left pending
+                elif isinstance(a, Verify):
+                    state.verification = self._verify(a)
+                elif isinstance(a, Wait):
+                    pass
+        raise AssertionError("the agent did not decide within max_steps")
+
+    def _verify(self, a: Verify) -> Verification:
+        def rounds(t: Trial) -> tuple[float, ...]:
+            # five round medians spread over the recorded p20..p80 band, centred on the median
+            m = t.median_us
+            lo = (m - (t.p20_us or m)) * self.verify_jitter
+            hi = ((t.p80_us or m) - m) * self.verify_jitter
+            return (m, m - 0.6 * lo, m + 0.6 * hi, m - 0.3 * lo, m + 0.3 * hi)
+        wrong = self.overrides.get(json.dumps(dict(a.custom.config), sort_keys=True), {})
+        if wrong.get("status", "ok") != "ok":
+            return Verification(a.library.id, a.custom.id, str(wrong["status"]),
+                                gpu_s=self.gpu_s_per_trial, error="recheck failed")
+        return Verification(a.library.id, a.custom.id, "ok", rounds(a.library),
+                            rounds(a.custom), gpu_s=2 * self.gpu_s_per_trial)
+
+    def _evidence(self, state: _State) -> Evidence:
+        return Evidence(
+            problem=self.problem, policy=self.policy,
+            calibration=self.calibration if state.calibrated else None,
+            library_configs=(("cublas", {}),), tiers=replay_tiers(self.problem),
+            trials=tuple(state.trials), exhausted_tiers=frozenset(state.exhausted),
+            verification=state.verification, max_trials=self.max_trials)
+
+
+@dataclass
+class _State:
+    calibrated: bool = False
+    trials: list[Trial] = field(default_factory=list)
+    cursor: dict[str, int] = field(default_factory=dict)
+    exhausted: set[str] = field(default_factory=set)
+    verification: Verification | None = None
+
+    def add(self, rec: dict[str, Any], tier: str | None, gpu_s: float) -> None:
+        self.trials.append(Trial(len(self.trials) + 1, rec["backend"], dict(rec["config"]), tier,
+                                 rec["status"], rec.get("median_us"), rec.get("p20_us"),
+                                 rec.get("p80_us"), gpu_s))
+
+
+def run_shape(key: str, policy: Policy, **kw: Any) -> Decision:
+    trials = recorded()[key]
+    return ReplayDevice(problem_of(key), trials, policy, **kw).run()
+
+
+def full(policy: Policy) -> Policy:
+    return replace(policy, full_search=True)

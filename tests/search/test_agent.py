@@ -1,0 +1,255 @@
+"""The decision loop on the CPU, driven by the replay runner (recorded H100 results, a fake)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from search.agent import (
+    Calibrate,
+    Decide,
+    Evidence,
+    MeasureLibrary,
+    Policy,
+    Search,
+    Stage,
+    StopTier,
+    TierPlan,
+    Trial,
+    Verdict,
+    Verification,
+    Verify,
+    Wait,
+    plan,
+    tier_progress,
+)
+from search.roofline import Calibration, roofline
+from search.types import GemmProblem
+from tests.search.agent_replay import (
+    H100_REPLAY_CALIBRATION,
+    ReplayDevice,
+    full,
+    problem_of,
+    recorded,
+    run_shape,
+)
+
+SQUARE = "gemm:b1:m4096:n4096:k4096:bf16:bf16:fp32:rr"
+RAGGED = "gemm:b1:m1000:n3000:k2000:bf16:bf16:fp32:rr"
+DECODE = "gemm:b1:m16:n4096:k4096:bf16:bf16:fp32:rr"
+LONG_K = "gemm:b1:m64:n64:k65536:bf16:bf16:fp32:rr"
+POLICY = Policy()
+
+
+def custom_trials(decision) -> int:
+    return int(decision.spend["custom"]["trials"])
+
+
+def gpu_s(decision) -> float:
+    return sum(v["gpu_s"] for v in decision.spend.values())
+
+
+# -- roofline ----------------------------------------------------------------------------------
+def test_roofline_of_a_compute_bound_and_a_memory_bound_shape() -> None:
+    cal = Calibration("gpu", 3000.0, {"bf16": 800.0, "fp32": 50.0, "tf32": 400.0})
+    square = roofline(GemmProblem(4096, 4096, 4096), cal)
+    assert square is not None and square.bound == "compute"
+    assert square.attainable_us == pytest.approx(2 * 4096**3 / 800e12 * 1e6)
+    decode = roofline(GemmProblem(16, 4096, 4096), cal)
+    assert decode is not None and decode.bound == "memory"
+    nbytes = (16 * 4096 + 4096 * 4096 + 16 * 4096) * 2
+    assert decode.attainable_us == pytest.approx(nbytes / 3000e9 * 1e6)
+    assert decode.efficiency(2 * decode.attainable_us) == pytest.approx(0.5)
+    assert decode.efficiency(0.5 * decode.attainable_us) == 1.0
+    fp32 = GemmProblem(4096, 4096, 4096, dtype="fp32")
+    exact, tf32 = roofline(fp32, cal), roofline(fp32, cal, allow_tf32=True)
+    assert exact is not None and tf32 is not None
+    assert exact.compute_us == pytest.approx(8 * tf32.compute_us)
+    assert roofline(GemmProblem(64, 64, 64, dtype="fp16"), cal) is None  # no fp16 peak
+    assert roofline(GemmProblem(64, 64, 64), None) is None
+
+
+def test_calibration_goes_stale_when_the_toolkit_changes() -> None:
+    cal = Calibration("gpu", 1.0, {"bf16": 1.0},
+                      {"driver": "580", "cuda": "13.0", "torch": "2.11"})
+    assert cal.matches({"driver": "580", "cuda": "13.0", "torch": "2.11", "triton": "3.6"})
+    assert not cal.matches({"driver": "590", "cuda": "13.0", "torch": "2.11"})
+    assert Calibration.from_dict(cal.to_dict()) == cal
+
+
+def test_policy_rejects_out_of_range_values_by_name() -> None:
+    with pytest.raises(ValueError, match="policy.threshold"):
+        Policy(threshold=1.5)
+    with pytest.raises(ValueError, match="policy.verify_rounds"):
+        Policy(verify_rounds=3)
+    assert Policy.from_dict({"threshold": 0.8, "unknown": 1}).threshold == 0.8
+
+
+# -- the stages, replayed ----------------------------------------------------------------------
+def test_library_near_the_roofline_stops_after_stage_one() -> None:
+    d = run_shape(SQUARE, POLICY)
+    assert d.verdict == Verdict.LIBRARY_SUFFICIENT
+    assert custom_trials(d) == 0 and d.custom is None and d.chosen == "library"
+    assert d.library is not None and d.library.efficiency >= 0.9
+    assert "sufficient" in d.rationale and "compute-bound" in d.rationale
+
+
+def test_library_at_half_the_roofline_searches() -> None:
+    attainable = roofline(problem_of(SQUARE), H100_REPLAY_CALIBRATION).attainable_us
+    d = run_shape(SQUARE, POLICY, library_us=2 * attainable)
+    assert custom_trials(d) > 0
+    assert d.library is not None and d.library.efficiency == pytest.approx(0.5, abs=0.02)
+    # The recorded Triton kernels are ~1.9x faster than this (slowed) library: custom wins.
+    assert d.verdict == Verdict.CUSTOM_WINS and d.verified and d.chosen == "custom"
+    assert d.speedup is not None and d.speedup > 1.5
+
+
+def test_forced_custom_searches_even_when_the_library_is_sufficient() -> None:
+    d = run_shape(SQUARE, replace(POLICY, force_custom=True))
+    assert custom_trials(d) > 0
+    assert d.verdict == Verdict.LIBRARY_WINS_AFTER_SEARCH  # recorded Triton: 184 us vs 177
+
+
+def test_custom_faster_only_within_noise_keeps_the_library() -> None:
+    trials = recorded()[DECODE]
+    best = min(t["median_us"] for t in trials if t["backend"] == "triton" and t["status"] == "ok")
+    # A library 0.5% slower than the best custom kernel, whose spread is wider than that.
+    d = ReplayDevice(problem_of(DECODE), trials, POLICY, library_us=best * 1.005).run()
+    assert d.verified, d.rationale
+    assert d.verdict == Verdict.LIBRARY_WINS_AFTER_SEARCH and d.chosen == "library"
+    assert d.custom is not None and d.custom.median_us < d.library.median_us
+    assert "tie" in d.rationale and d.speedup == 1.0
+
+
+def test_custom_faster_beyond_the_spread_wins() -> None:
+    d = run_shape(DECODE, POLICY)
+    assert d.verdict == Verdict.CUSTOM_WINS and d.verified
+    fastest = min((t for t in recorded()[DECODE] if t["backend"] == "triton"
+                   and t["status"] == "ok"), key=lambda t: t["median_us"])
+    assert d.custom is not None and dict(d.custom.config) == fastest["config"]
+    assert d.speedup == pytest.approx(d.library.median_us / d.custom.median_us)
+    assert d.library.median_us - d.custom.median_us > max(d.library.spread_us,
+                                                          d.custom.spread_us)
+
+
+def test_a_wrong_result_never_wins() -> None:
+    trials = recorded()[DECODE]
+    ok = [t for t in trials if t["backend"] == "triton" and t["status"] == "ok"]
+    fastest = min(ok, key=lambda t: t["median_us"])
+    key = json.dumps(fastest["config"], sort_keys=True)
+    # Recorded as wrong_result during the search: never picked, the next best is.
+    d = ReplayDevice(problem_of(DECODE), trials, POLICY,
+                     overrides={key: {"status": "wrong_result"}}).run()
+    assert d.custom is not None and dict(d.custom.config) != fastest["config"]
+    # Correct in the search but wrong on the interleaved re-check: the library is kept.
+    v = Verification(1, 2, "wrong_result", error="max rel error 0.5")
+    ev = _finished_evidence(v)
+    d2 = plan(ev).actions[-1]
+    assert isinstance(d2, Decide)
+    assert d2.decision.verdict == Verdict.LIBRARY_WINS_AFTER_SEARCH
+    assert "verification failed" in d2.decision.rationale
+
+
+def _finished_evidence(v: Verification | None, time_up: bool = False) -> Evidence:
+    """A search over: library 20 us (id 1), custom best 15 us (id 2)."""
+    return Evidence(
+        problem=GemmProblem(16, 4096, 4096), policy=POLICY, calibration=H100_REPLAY_CALIBRATION,
+        library_configs=(("cublas", {}),), tiers=(TierPlan("tiles", 1.0),),
+        trials=(Trial(1, "cublas", {}, None, "ok", 20.0, 19.8, 20.2),
+                Trial(2, "triton", {"x": 1}, "tiles", "ok", 15.0, 14.9, 15.1),
+                Trial(3, "triton", {"x": 2}, "tiles", "ok", 16.0, 15.9, 16.1)),
+        verification=v, max_trials=2, time_up=time_up)
+
+
+def test_verification_is_requested_then_decides() -> None:
+    p = plan(_finished_evidence(None))
+    assert p.stage == Stage.VERIFY and isinstance(p.actions[-1], Verify)
+    assert (p.actions[-1].library.id, p.actions[-1].custom.id) == (1, 2)
+    pending = plan(_finished_evidence(Verification(1, 2)))
+    assert isinstance(pending.actions[-1], Wait)
+    done = plan(_finished_evidence(Verification(1, 2, "ok", (20.0,) * 5, (15.0, 15.1, 14.9,
+                                                                           15.0, 15.0))))
+    d = done.actions[-1].decision
+    assert d.verdict == Verdict.CUSTOM_WINS and d.speedup == pytest.approx(20 / 15)
+
+
+def test_time_up_decides_on_the_search_medians_without_verifying() -> None:
+    d = plan(_finished_evidence(None, time_up=True)).actions[-1]
+    assert isinstance(d, Decide) and not d.decision.verified
+    assert d.decision.verdict == Verdict.CUSTOM_WINS and "time budget" in d.decision.rationale
+
+
+def test_first_plan_calibrates_and_measures_the_library_at_once() -> None:
+    ev = Evidence(problem=GemmProblem(64, 64, 4096), policy=POLICY, calibration=None,
+                  library_configs=(("cublas", {}),), tiers=(TierPlan("tiles", 1.0),),
+                  max_trials=8)
+    p = plan(ev)
+    assert p.stage == Stage.LIBRARY
+    kinds = [type(a) for a in p.actions]
+    assert kinds == [Calibrate, MeasureLibrary, Wait]
+    # A pending calibration is not asked for twice.
+    p2 = plan(replace(ev, calibration_pending=True, trials=(Trial(1, "cublas", {}),)))
+    assert [type(a) for a in p2.actions] == [Wait]
+    # Forced custom does not wait for the library's verdict.
+    p3 = plan(replace(ev, policy=replace(POLICY, force_custom=True)))
+    assert isinstance(p3.actions[-1], Search) and p3.actions[-1].n == 8
+
+
+def test_without_calibration_the_agent_searches_and_says_why() -> None:
+    ev = Evidence(problem=problem_of(DECODE), policy=POLICY, calibration=None,
+                  calibration_failed=True,
+                  library_configs=(("cublas", {}),), tiers=(TierPlan("tiles", 1.0),),
+                  trials=(Trial(1, "cublas", {}, None, "ok", 18.7, 18.6, 18.8),), max_trials=4)
+    p = plan(ev)
+    assert isinstance(p.actions[-1], Search)
+
+
+# -- tiers and budgets -------------------------------------------------------------------------
+def test_full_search_spends_the_whole_budget_and_the_agent_far_less_where_it_cannot_pay() -> None:
+    agent, baseline = run_shape(RAGGED, POLICY), run_shape(RAGGED, full(POLICY))
+    # the baseline spends all it can: the whole recording of the one applicable tier
+    recorded_tiles = [t for t in recorded()[RAGGED] if t["backend"] == "triton"
+                      and t["config"]["SPLIT_K"] == 1]
+    assert custom_trials(baseline) == len(recorded_tiles) > 40
+    assert agent.verdict == baseline.verdict == Verdict.LIBRARY_WINS_AFTER_SEARCH
+    assert gpu_s(agent) <= 0.25 * gpu_s(baseline)
+    assert "not promising" in agent.rationale
+
+
+@pytest.mark.parametrize("key", [DECODE, "gemm:b1:m128:n14336:k4096:bf16:bf16:fp32:rr"])
+def test_agent_speedup_within_three_percent_of_the_full_search(key: str) -> None:
+    agent, baseline = run_shape(key, POLICY), run_shape(key, full(POLICY))
+    assert agent.verdict == baseline.verdict == Verdict.CUSTOM_WINS
+    assert agent.speedup >= 0.97 * baseline.speedup
+    assert gpu_s(agent) < gpu_s(baseline)
+
+
+def test_tier_budgets_roll_over_and_inapplicable_tiers_are_explained() -> None:
+    d = run_shape(LONG_K, POLICY)
+    tiers = {t["tier"]: t for t in d.tiers}
+    assert tiers["tiles"]["trials"] + tiers["split_k"]["trials"] <= 64
+    # the recorded run has only 6 split-K=1 configs: the tile tier ran out and passed the rest on
+    assert "exhausted" in tiers["tiles"]["reason"]
+    assert tiers["split_k"]["budget"] == 64 - tiers["tiles"]["trials"]
+    ragged = run_shape(RAGGED, POLICY)
+    skipped = {t["tier"]: t for t in ragged.tiers}["split_k"]
+    assert skipped["trials"] == 0 and skipped["reason"].startswith("skipped")
+
+
+def test_patience_ends_a_stalled_tier_and_stop_tier_cancels_its_pending() -> None:
+    pol = replace(POLICY, patience=3, probe=100)
+    trials = [Trial(1, "cublas", {}, None, "ok", 30.0, 29.9, 30.1)]
+    trials += [Trial(i, "triton", {"i": i}, "tiles", "ok", 29.0, 28.9, 29.1) for i in (2, 3, 4, 5)]
+    trials += [Trial(6, "triton", {"i": 6}, "tiles")]  # pending
+    ev = Evidence(problem=GemmProblem(16, 4096, 4096), policy=pol,
+                  calibration=H100_REPLAY_CALIBRATION, library_configs=(("cublas", {}),),
+                  tiers=(TierPlan("tiles", 1.0), TierPlan("split_k", 1.0)), trials=tuple(trials),
+                  max_trials=20)
+    progress = {p.name: p for p in tier_progress(ev)}
+    assert progress["tiles"].ended and "stalled" in progress["tiles"].reason
+    p = plan(ev)
+    assert any(isinstance(a, StopTier) and a.tier == "tiles" for a in p.actions)
+    search = p.actions[-1]
+    assert isinstance(search, Search) and search.tier == "split_k" and search.n == 20 - 5
