@@ -1,0 +1,427 @@
+"""Skinny / long-K GEMM: split-K with the reduction spread over every program, in one launch.
+
+``C = A @ B`` for 2-D ``A[M, K]``, ``B[K, N]`` (each row- or column-major) where the product is
+memory-bound: few output tiles (``16 x 4096`` from ``K = 4096``, ``64 x 64`` from ``K = 65536``),
+so the work has to be cut along K to occupy the GPU, and the cost of summing the K slices must
+not land on one program per tile (which is what limits ``gemm.py``'s one-launch split-K at
+``SPLIT_K >= 32``: docs/notes/kernels.md).
+
+Programs. The grid is ``TILES * SPLIT_K`` programs, program ``p`` computing the fp32 partial of
+output tile ``p % TILES`` over K slice ``p // TILES`` (slice-major, so programs running at the same
+time read neighbouring columns of the same rows of B). Each K slice is a contiguous run of
+``K_PER_SPLIT`` (a multiple of ``BLOCK_K``) and the K loop is software-pipelined ``num_stages``
+deep, with pointer loads or Hopper TMA descriptors (``TMA``). How the partials are summed is the
+``MODE``:
+
+- ``"barrier"`` (one launch, deterministic): every program stores its partial tile to an fp32
+  workspace (it stays in L2), then meets every other program at a grid-wide barrier (an atomic
+  arrival counter, then a spin on it with acquire loads), then sums a ``1/SPLIT_K`` share of its
+  tile's elements over all ``SPLIT_K`` partials, in a fixed order, casts and stores them. No
+  program reads more than ``BLOCK_M * BLOCK_N`` partial values, however large ``SPLIT_K`` is.
+  The barrier needs every program resident at once: the launcher allows it only when the grid
+  is at most the number of SMs (each program then has an SM of its own; nothing the kernel uses
+  can keep one program from fitting on an idle SM) and never in the CPU interpreter, which runs
+  programs one after another (there it runs the ``"two_launch"`` path, whose arithmetic is
+  identical). The spin is bounded (``SPIN_LIMIT`` polls, about a second): a program that gives
+  up writes NaN into its share of C, so a broken residency assumption (another process holding
+  SMs through MPS, say) fails a correctness check instead of hanging the GPU.
+  Counters: two int32 (arrivals, departures). A program counts its departure after it has seen
+  every arrival; the last to depart zeroes both, so each launch leaves them at zero for the next
+  launch on the stream (kernels on one stream do not overlap), with no memset launch.
+- ``"atomic"`` (one launch, any grid size, not bitwise reproducible): every program adds its
+  partial into a zeroed fp32 tile with ``atomic_add`` (done in L2), then bumps a per-tile counter;
+  the last arrival of a tile reads the sums, casts and stores C, re-zeroes the workspace tile and
+  its counter. The order of the fp32 additions depends on arrival order.
+- ``"two_launch"`` (reference path): partials as in ``"barrier"``, then a second kernel of the same
+  grid does the same share-wise sum. Results are bitwise equal to ``"barrier"``.
+
+Memory order (barrier and atomic): all threads store (or add), ``bar.sync``, then one thread's
+``acq_rel`` gpu-scope atomic releases the whole CTA's writes (cumulativity through the barrier);
+the waiting side polls with ``acquire`` atomics and a ``bar.sync`` orders the other threads' loads
+after the poll that saw the count, and those loads go to L2 (``.cg``), never to a stale L1 line.
+
+Workspaces and counters are cached per device and grown on demand; every launch leaves the
+counters (and the atomic accumulator) at zero. Two streams running this kernel concurrently
+must not share them (nor two processes under MPS the SMs that the barrier counts on).
+
+Configuration (``check_skinny_config``)::
+
+    BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages   powers of two (stages: >= 1)
+    MODE  "barrier" | "atomic" | "two_launch"                  (default "barrier")
+    TMA   1: TMA loads where they apply (sm90+, bf16/fp16, 16-byte aligned); 0: pointer loads
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from kernel_templates.errors import InvalidConfig, Unsupported
+
+__all__ = ["CONFIG_KEYS", "DTYPES", "MODES", "check_skinny_config", "matmul_skinny"]
+
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
+OPTIONAL_KEYS = {"MODE": "barrier", "TMA": 1}
+MODES = ("barrier", "atomic", "two_launch")
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_MODE_ID = {"two_launch": 0, "barrier": 1, "atomic": 2}
+
+#: Polls of the barrier counter before a program gives up and writes NaN (about 0.3-1 us a poll).
+SPIN_LIMIT = 1 << 20
+#: Test seam: let the interpreter run the barrier itself (it then times out and writes NaN in all
+#: but the last program's share: programs run one after another there).
+INTERPRETER_BARRIER = False
+#: Most partial values one program loads at once in the share-wise reduction.
+_REDUCE_ELEMS = 4096
+
+_WORKSPACE: dict[torch.device, torch.Tensor] = {}
+_ACCUM: dict[torch.device, torch.Tensor] = {}
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+
+
+# -- device code --------------------------------------------------------------------------------
+
+
+@triton.jit
+def _reduce_share(ws_ptr, c_ptr, tile, share, TILES, M, N, stride_cm, stride_cn, ok,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+                  TILES_N: tl.constexpr, CHUNK: tl.constexpr):
+    # Sums elements [share * SHARE, (share + 1) * SHARE) of ``tile`` over the SPLIT_K partials
+    # (workspace [SPLIT_K, TILES, BLOCK_M * BLOCK_N], whole tiles), CHUNK slices per load, in a
+    # fixed order; stores the in-bounds ones to C (NaN where ``ok`` is false).
+    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+    SHARE: tl.constexpr = TILE // SPLIT_K
+    local = share * SHARE + tl.arange(0, SHARE)
+    rows = tl.arange(0, CHUNK)
+    base = ws_ptr + tile.to(tl.int64) * TILE + local[None, :]
+    total = tl.zeros((SHARE,), dtype=tl.float32)
+    for s in tl.static_range(0, SPLIT_K, CHUNK):
+        ptrs = base + ((s + rows).to(tl.int64) * TILES * TILE)[:, None]
+        total += tl.sum(tl.load(ptrs, cache_modifier=".cg"), axis=0)
+    total = tl.where(ok, total, float("nan"))
+    pid_m = tile // TILES_N
+    pid_n = tile % TILES_N
+    offs_m = pid_m * BLOCK_M + local // BLOCK_N
+    offs_n = pid_n * BLOCK_N + local % BLOCK_N
+    tl.store(c_ptr + offs_m * stride_cm + offs_n * stride_cn,
+             total.to(c_ptr.dtype.element_ty), mask=(offs_m < M) & (offs_n < N))
+
+
+@triton.jit
+def _grid_barrier(cnt_ptr, SPIN: tl.constexpr):
+    # All programs of the grid meet here; returns False in a program that gave up waiting.
+    # cnt_ptr[0] counts arrivals, cnt_ptr[1] departures; the last to depart zeroes both.
+    nprog = tl.num_programs(0)
+    tl.debug_barrier()
+    seen = tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu") + 1
+    spins = 0
+    while (seen < nprog) & (spins < SPIN):
+        seen = tl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
+        spins += 1
+    tl.debug_barrier()
+    # Every arrival precedes its program's departure, so when the departures reach nprog no
+    # program is still spinning on (or yet to add to) the arrival counter.
+    gone = tl.atomic_add(cnt_ptr + 1, 1, sem="acq_rel", scope="gpu")
+    if gone == nprog - 1:
+        tl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
+        tl.atomic_xchg(cnt_ptr + 1, 0, sem="relaxed", scope="gpu")
+    return seen >= nprog
+
+
+@triton.jit
+def _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+            TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
+            CHUNK: tl.constexpr):
+    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+    pid_m = tile // TILES_N
+    pid_n = tile % TILES_N
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    if SPLIT_K == 1:
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+    elif MODE == 2:
+        # atomic: accumulate in L2, the tile's last arrival converts and re-zeroes.
+        acc_ptrs = ws_ptr + tile.to(tl.int64) * TILE + local
+        tl.atomic_add(acc_ptrs, acc, sem="relaxed", scope="gpu")
+        tl.debug_barrier()
+        seen = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if seen == SPLIT_K - 1:
+            tl.debug_barrier()
+            total = tl.load(acc_ptrs, cache_modifier=".cg")
+            tl.store(acc_ptrs, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
+            tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
+            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=c_mask)
+    else:
+        part = ws_ptr + (pid_k.to(tl.int64) * TILES + tile) * TILE + local
+        tl.store(part, acc)
+        if MODE == 1:
+            ok = _grid_barrier(cnt_ptr, SPIN)
+            _reduce_share(ws_ptr, c_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn, ok,
+                          BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, CHUNK)
+
+
+@triton.jit
+def _skinny_kernel(
+    a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr,
+    M, N, K, K_PER_SPLIT,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr, TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
+    CHUNK: tl.constexpr, EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    TILES = tl.num_programs(0) // SPLIT_K
+    tile = pid % TILES
+    pid_k = pid // TILES
+    pid_m = tile // TILES_N
+    pid_n = tile % TILES_N
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if EVEN_MN:
+        offs_am = tl.max_contiguous(tl.multiple_of(offs_m, BLOCK_M), BLOCK_M)
+        offs_bn = tl.max_contiguous(tl.multiple_of(offs_n, BLOCK_N), BLOCK_N)
+    else:
+        # Ragged edge: wrap instead of masking the loads; wrapped lanes are never stored.
+        offs_am = offs_m % M
+        offs_bn = offs_n % N
+    k_start = pid_k * K_PER_SPLIT
+    if EVEN_K:
+        k_start = tl.multiple_of(k_start, BLOCK_K)
+    offs_k = k_start + tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kk in range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs, eviction_policy="evict_first")
+        else:
+            k_left = K - k_start - kk * BLOCK_K
+            a = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=tl.arange(0, BLOCK_K)[:, None] < k_left, other=0.0,
+                        eviction_policy="evict_first")
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
+            BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK)
+
+
+@triton.jit
+def _skinny_tma_kernel(
+    a_desc, b_desc, c_ptr, ws_ptr, cnt_ptr,
+    M, N, K, K_PER_SPLIT, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr, TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
+    CHUNK: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
+):  # fmt: skip
+    # Same work as _skinny_kernel, tiles through the TMA engine (out-of-bounds reads are zeros;
+    # a K slice past the end of K reads only zeros).
+    pid = tl.program_id(0)
+    TILES = tl.num_programs(0) // SPLIT_K
+    tile = pid % TILES
+    pid_k = pid // TILES
+    off_m = (tile // TILES_N) * BLOCK_M
+    off_n = (tile % TILES_N) * BLOCK_N
+    k_start = pid_k * K_PER_SPLIT
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kk in tl.range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K)):
+        k = k_start + kk * BLOCK_K
+        if A_COL:
+            a = a_desc.load([k, off_m]).T
+        else:
+            a = a_desc.load([off_m, k])
+        if B_COL:
+            b = b_desc.load([off_n, k]).T
+        else:
+            b = b_desc.load([k, off_n])
+        acc = tl.dot(a, b, acc)
+    _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
+            BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK)
+
+
+@triton.jit
+def _reduce_kernel(ws_ptr, c_ptr, M, N, stride_cm, stride_cn,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+                   TILES_N: tl.constexpr, CHUNK: tl.constexpr):
+    # The second launch of "two_launch": the same grid and the same share-wise sum as "barrier".
+    pid = tl.program_id(0)
+    TILES = tl.num_programs(0) // SPLIT_K
+    _reduce_share(ws_ptr, c_ptr, pid % TILES, pid // TILES, TILES, M, N, stride_cm, stride_cn,
+                  True, BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, CHUNK)
+
+
+# -- host side ----------------------------------------------------------------------------------
+
+
+def _interpreting(device: torch.device) -> bool:
+    return device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@cache
+def _cc_major(device: torch.device) -> int:
+    return torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else 0
+
+
+@cache
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 1 << 30  # interpreter: no residency limit (the barrier is not run there anyway)
+
+
+def _buffer(cache_: dict[torch.device, torch.Tensor], device: torch.device, numel: int,
+            dtype: torch.dtype, zeroed: bool) -> torch.Tensor:
+    buf = cache_.get(device)
+    if buf is None or buf.numel() < numel:
+        size = max(numel, 1 << 16)
+        buf = (torch.zeros if zeroed else torch.empty)(size, dtype=dtype, device=device)
+        cache_[device] = buf
+    return buf[:numel]
+
+
+def _describe(t: torch.Tensor, block: tuple[int, int]):
+    """(TMA descriptor, stored transposed) of a 2-D operand, or ``None``."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    rows, cols = t.shape
+    elt = t.element_size()
+    if t.data_ptr() % 16:
+        return None
+    if t.stride(1) == 1 and (t.stride(0) * elt) % 16 == 0:
+        return TensorDescriptor(t, [rows, cols], [t.stride(0), 1], list(block)), False
+    if t.stride(0) == 1 and (t.stride(1) * elt) % 16 == 0:
+        return TensorDescriptor(t, [cols, rows], [t.stride(1), 1], [block[1], block[0]]), True
+    return None
+
+
+def check_skinny_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` normalised (ints, ``MODE`` and ``TMA`` filled in), or ``InvalidConfig``."""
+    missing = [k for k in CONFIG_KEYS if k not in config]
+    if missing:
+        raise InvalidConfig(f"config lacks {missing}")
+    unknown = sorted(set(config) - set(CONFIG_KEYS) - set(OPTIONAL_KEYS))
+    if unknown:
+        raise InvalidConfig(f"unknown config keys {unknown}")
+    cfg: dict[str, Any] = {k: int(config[k]) for k in CONFIG_KEYS}
+    for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps"):
+        v = cfg[k]
+        if v <= 0 or v & (v - 1):
+            raise InvalidConfig(f"{k}={v} is not a power of two")
+    if min(cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) < 16:
+        raise InvalidConfig("tl.dot needs BLOCK_M, BLOCK_N and BLOCK_K of at least 16")
+    if cfg["num_stages"] < 1:
+        raise InvalidConfig("num_stages must be positive")
+    if cfg["SPLIT_K"] > cfg["BLOCK_M"] * cfg["BLOCK_N"]:
+        raise InvalidConfig("SPLIT_K must not exceed BLOCK_M * BLOCK_N (each program reduces "
+                            "a share of its tile)")
+    mode = config.get("MODE", OPTIONAL_KEYS["MODE"])
+    if mode not in MODES:
+        raise InvalidConfig(f"MODE must be one of {MODES}, got {mode!r}")
+    cfg["MODE"] = mode
+    tma = int(config.get("TMA", OPTIONAL_KEYS["TMA"]))
+    if tma not in (0, 1):
+        raise InvalidConfig(f"TMA must be 0 or 1, got {tma}")
+    cfg["TMA"] = tma
+    return cfg
+
+
+def grid_size(m: int, n: int, config: dict[str, Any]) -> int:
+    """Programs launched for an ``m x n`` output under ``config``."""
+    cfg = check_skinny_config(config)
+    return triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]) * cfg["SPLIT_K"]
+
+
+def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """``a @ b`` for 2-D ``a[M, K]``, ``b[K, N]`` (any strides, one dtype among bf16, fp16, fp32)
+    with the skinny split-K kernel under ``config``; the output is ``out`` when given (contiguous
+    ``[M, N]``, any served dtype) or a new tensor of the input dtype.
+
+    ``Unsupported``: ``MODE="barrier"`` on a GPU with a grid larger than its SM count (the grid
+    barrier would need programs that cannot be resident at once). In the CPU interpreter
+    ``"barrier"`` runs as ``"two_launch"`` (same arithmetic), unless ``INTERPRETER_BARRIER``.
+    """
+    cfg = check_skinny_config(config)
+    if a.dtype not in DTYPES:
+        raise Unsupported(f"skinny gemm does not serve dtype {a.dtype}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"a and b differ in dtype: {a.dtype} vs {b.dtype}")
+    if a.device != b.device:
+        raise ValueError(f"a and b are on different devices: {a.device} vs {b.device}")
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"a and b must be 2-D, got {a.dim()} and {b.dim()}")
+    m, k = a.shape
+    if b.shape[0] != k:
+        raise ValueError(f"shapes do not compose: {tuple(a.shape)} @ {tuple(b.shape)}")
+    n = b.shape[1]
+    if out is None:
+        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    elif tuple(out.shape) != (m, n) or out.device != a.device or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous ({m}, {n}) tensor on {a.device}")
+    elif out.dtype not in DTYPES:
+        raise Unsupported(f"skinny gemm does not write dtype {out.dtype}")
+    if m * k >= 2**31 or k * n >= 2**31 or m * n >= 2**31:
+        raise Unsupported("one matrix has 2**31 elements or more (32-bit offsets)")
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+
+    bm, bn, bk, split_k = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
+    tiles_n = triton.cdiv(n, bn)
+    tiles = triton.cdiv(m, bm) * tiles_n
+    grid = tiles * split_k
+    tile = bm * bn
+    mode = cfg["MODE"] if split_k > 1 else "two_launch"
+    if mode == "barrier" and _interpreting(a.device) and not INTERPRETER_BARRIER:
+        mode = "two_launch"
+    if mode == "barrier" and grid > _sm_count(a.device):
+        raise Unsupported(f"MODE=barrier needs at most {_sm_count(a.device)} programs (one per "
+                          f"SM, all resident), this config launches {grid}")
+    k_per_split = triton.cdiv(triton.cdiv(k, split_k), bk) * bk
+    chunk = max(1, min(split_k, _REDUCE_ELEMS // max(1, tile // split_k)))
+    if mode == "atomic":
+        ws = _buffer(_ACCUM, a.device, tiles * tile, torch.float32, zeroed=True)
+        cnt = _buffer(_COUNTERS, a.device, tiles, torch.int32, zeroed=True)
+    elif split_k > 1:
+        ws = _buffer(_WORKSPACE, a.device, split_k * tiles * tile, torch.float32, zeroed=False)
+        cnt = _buffer(_COUNTERS, a.device, 2, torch.int32, zeroed=True)
+    else:
+        ws = cnt = out
+    mode_id = _MODE_ID[mode]
+    descs = None
+    if (cfg["TMA"] and a.device.type == "cuda" and _cc_major(a.device) >= 9
+            and a.dtype in (torch.bfloat16, torch.float16)):
+        da, db = _describe(a, (bm, bk)), _describe(b, (bk, bn))
+        if da is not None and db is not None:
+            descs = (da, db)
+    common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split_k, TILES_N=tiles_n,
+                  MODE=mode_id, SPIN=SPIN_LIMIT, CHUNK=chunk,
+                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    if descs is not None:
+        (a_desc, a_col), (b_desc, b_col) = descs
+        _skinny_tma_kernel[(grid,)](
+            a_desc, b_desc, out, ws, cnt, m, n, k, k_per_split, out.stride(0), out.stride(1),
+            A_COL=a_col, B_COL=b_col, **common)
+    else:
+        _skinny_kernel[(grid,)](
+            a, b, out, ws, cnt, m, n, k, k_per_split,
+            a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+            EVEN_K=k % (bk * split_k) == 0, EVEN_MN=m % bm == 0 and n % bn == 0,
+            INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", **common)
+    if mode == "two_launch" and split_k > 1:
+        _reduce_kernel[(grid,)](ws, out, m, n, out.stride(0), out.stride(1),
+                                BLOCK_M=bm, BLOCK_N=bn, SPLIT_K=split_k, TILES_N=tiles_n,
+                                CHUNK=chunk, num_warps=4)
+    return out
