@@ -147,7 +147,7 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
         import torch
 
         from kernel_templates.inputs import make_inputs
-        from kernel_templates.reference import reference_matmul, rel_error, tolerance
+        from kernel_templates.reference import reference_matmul, rel_error, tolerance_for
         from kernel_templates.registry import check_supported, make_callable
 
         check_supported(cand.backend, cand.problem)
@@ -164,7 +164,7 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
             torch.cuda.synchronize()
         compile_s = time.perf_counter() - t0
         err = rel_error(sets[0].out, reference_matmul(sets[0].a, sets[0].b))
-        tol = tolerance(cand.problem)
+        tol = tolerance_for(cand.problem, cand.config)
         if not err <= tol:
             return _failure(Status.WRONG_RESULT, f"rel_error {err:.3g} over tolerance {tol:.3g}",
                             env, rel_error=err, compile_s=compile_s)

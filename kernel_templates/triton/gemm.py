@@ -27,6 +27,19 @@ them.
 Configuration keys (``search.spaces.triton_gemm.PARAMS``)::
 
     BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, num_warps, num_stages
+
+and optional ones (``OPTIONAL_KEYS``), whose absence is exactly the behaviour above:
+
+- ``PERSISTENT`` (0/1): the persistent kernel (``_gemm_persistent_kernel``): a grid of
+  ``min(#SMs // num_ctas, tiles)`` programs, each looping over output tiles in the grouped order,
+  loading through TMA descriptors. Hopper (or the interpreter), batch 1, 16-byte aligned
+  operands, bf16/fp16/fp32; ``SPLIT_K`` must be 1.
+- ``WARP_SPECIALIZE`` (0/1): ``tl.range(..., warp_specialize=True)`` on the K loop; only with
+  TMA loads (``PERSISTENT=1``, or the TMA kernel that Hopper takes automatically).
+- ``num_ctas`` (1/2): Triton's cluster launch option (Hopper only).
+- ``INPUT_PRECISION`` (``"ieee"``, ``"tf32"``, ``"tf32x3"``): ``tl.dot``'s input precision for
+  fp32 inputs (default ``"ieee"``: full fp32); bf16/fp16 inputs accept only ``"ieee"``. tf32
+  results need a wider tolerance: ``kernel_templates.reference.tolerance_for``.
 """
 
 from __future__ import annotations
@@ -40,9 +53,14 @@ import triton.language as tl
 
 from kernel_templates.errors import InvalidConfig, Unsupported
 
-__all__ = ["CONFIG_KEYS", "DTYPES", "bytes_moved", "check_config", "flops", "matmul"]
+__all__ = ["CONFIG_KEYS", "DTYPES", "INPUT_PRECISIONS", "OPTIONAL_KEYS", "bytes_moved",
+           "check_config", "flops", "matmul"]
 
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages")
+#: Keys a configuration may carry; each one absent means today's behaviour (the default).
+OPTIONAL_KEYS = ("PERSISTENT", "WARP_SPECIALIZE", "num_ctas", "INPUT_PRECISION")
+#: ``INPUT_PRECISION`` values (``tl.dot``'s ``input_precision`` for fp32 inputs).
+INPUT_PRECISIONS = ("ieee", "tf32", "tf32x3")
 #: Input dtypes the template serves (fp8 is left for a later version).
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -213,7 +231,7 @@ def _gemm_tma_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
     A_COL: tl.constexpr, B_COL: tl.constexpr, EVEN_MN: tl.constexpr,
-    SERIAL: tl.constexpr, FANIN: tl.constexpr,
+    SERIAL: tl.constexpr, FANIN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
 ):  # fmt: skip
     # Same tiling as _gemm_kernel, but tiles arrive through the TMA engine (Hopper): no address
     # arithmetic, no masks (out-of-bounds reads are zero-filled), asynchronous copies that the
@@ -227,7 +245,7 @@ def _gemm_tma_kernel(
     k_start = pid_k * K_PER_SPLIT
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kk in tl.range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K)):
+    for kk in tl.range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K), warp_specialize=WARP_SPECIALIZE):
         k = k_start + kk * BLOCK_K
         if A_COL:
             a = a_desc.load([k, off_m]).T
@@ -243,6 +261,49 @@ def _gemm_tma_kernel(
     offs_n = off_n + tl.arange(0, BLOCK_N)
     _epilogue(acc, c_ptr, ws_ptr, cnt_ptr, pid, pid_k, 0, offs_m, offs_n, M, N,
               stride_cm, stride_cn, BLOCK_M, BLOCK_N, SPLIT_K, SERIAL, FANIN, EVEN_MN)
+
+
+@triton.jit
+def _gemm_persistent_kernel(
+    a_desc, b_desc, c_ptr, c_desc, M, N, K, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr, EVEN_MN: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr,
+    TMA_STORE: tl.constexpr,
+):  # fmt: skip
+    # Persistent: the grid is at most one program per SM (cluster) and each program walks the
+    # output tiles tile0, tile0 + programs, ... in the grouped order of _tile_coords, so
+    # neighbouring programs still share B tiles in L2 and no program waits for a launch slot.
+    # Loads go through TMA descriptors (out-of-bounds rows, columns and K are zero-filled, so
+    # ragged shapes need no masks); only the store of C is masked on ragged edges. With FLATTEN
+    # the compiler fuses the tile loop with the K loop into one software pipeline, so the next
+    # tile's first loads are in flight while this tile's epilogue runs.
+    start = tl.program_id(0)
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    for tile in tl.range(start, num_tiles, tl.num_programs(0), flatten=FLATTEN):
+        pid_m, pid_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kk in tl.range(0, k_tiles, warp_specialize=WARP_SPECIALIZE):
+            k = kk * BLOCK_K
+            if A_COL:
+                a = a_desc.load([k, off_m]).T
+            else:
+                a = a_desc.load([off_m, k])
+            if B_COL:
+                b = b_desc.load([off_n, k]).T
+            else:
+                b = b_desc.load([k, off_n])
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        if TMA_STORE:
+            # The TMA engine clips the tile at C's edges: no mask.
+            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+        else:
+            offs_m = off_m + tl.arange(0, BLOCK_M)
+            offs_n = off_n + tl.arange(0, BLOCK_N)
+            _store_c(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, EVEN_MN)
 
 
 @triton.jit
@@ -364,12 +425,27 @@ def _reduce_launch(numel: int, split_k: int, device: torch.device) -> tuple[int,
     return block, chunk, 4
 
 
-def check_config(config: dict[str, Any]) -> dict[str, int]:
-    """``config`` as ints, or ``InvalidConfig`` when a key is missing or a value cannot run."""
+def _flag(config: dict[str, Any], key: str, allowed: tuple[int, ...]) -> int:
+    """``config[key]`` as an int among ``allowed`` (bools count as 0/1), else InvalidConfig."""
+    v = config[key]
+    try:
+        iv = int(v)
+    except (TypeError, ValueError):
+        iv = None
+    if iv is None or iv != v or iv not in allowed:
+        raise InvalidConfig(f"{key} must be one of {list(allowed)}, got {v!r}")
+    return iv
+
+
+def check_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` as ints (``INPUT_PRECISION`` as its string), or ``InvalidConfig`` when a key is
+    missing or a value cannot run. Optional keys (``OPTIONAL_KEYS``) are kept only when given,
+    so a configuration without them comes back exactly as before they existed. Rules that need
+    the operands (dtype, device, alignment) are checked by ``matmul``."""
     missing = [k for k in CONFIG_KEYS if k not in config]
     if missing:
         raise InvalidConfig(f"config lacks {missing}")
-    cfg = {k: int(config[k]) for k in CONFIG_KEYS}
+    cfg: dict[str, Any] = {k: int(config[k]) for k in CONFIG_KEYS}
     for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps"):
         v = cfg[k]
         if v <= 0 or v & (v - 1):
@@ -378,7 +454,84 @@ def check_config(config: dict[str, Any]) -> dict[str, int]:
         raise InvalidConfig("tl.dot needs BLOCK_M, BLOCK_N and BLOCK_K of at least 16")
     if cfg["GROUP_M"] < 1 or cfg["num_stages"] < 1:
         raise InvalidConfig("GROUP_M and num_stages must be positive")
+    for k in ("PERSISTENT", "WARP_SPECIALIZE"):
+        if k in config:
+            cfg[k] = _flag(config, k, (0, 1))
+    if "num_ctas" in config:
+        cfg["num_ctas"] = _flag(config, "num_ctas", (1, 2))
+    if "INPUT_PRECISION" in config:
+        v = config["INPUT_PRECISION"]
+        if v not in INPUT_PRECISIONS:
+            raise InvalidConfig(f"INPUT_PRECISION must be one of {list(INPUT_PRECISIONS)}, "
+                                f"got {v!r}")
+        cfg["INPUT_PRECISION"] = v
+    if cfg.get("PERSISTENT") and cfg["SPLIT_K"] != 1:
+        raise InvalidConfig(f"PERSISTENT=1 needs SPLIT_K=1, got SPLIT_K={cfg['SPLIT_K']}")
+    if cfg.get("num_ctas", 1) > 1 and cfg["SPLIT_K"] != 1:
+        # The serial split-K reduction counts arrivals once per program with one CTA's barrier.
+        raise InvalidConfig(f"num_ctas={cfg['num_ctas']} needs SPLIT_K=1, got "
+                            f"SPLIT_K={cfg['SPLIT_K']}")
     return cfg
+
+
+def _input_precision(cfg: dict[str, Any], dtype: torch.dtype) -> str:
+    """``tl.dot``'s input_precision: ``INPUT_PRECISION`` for fp32 (default ``"ieee"``); for
+    16-bit inputs only ``"ieee"`` (or nothing) is valid and the kernels get what they always
+    got (the value does not matter to a 16-bit dot)."""
+    asked = cfg.get("INPUT_PRECISION")
+    if dtype == torch.float32:
+        return asked or "ieee"
+    if asked not in (None, "ieee"):
+        raise InvalidConfig(f"INPUT_PRECISION={asked!r} applies to fp32 inputs only; {dtype} "
+                            "inputs take 'ieee' or no INPUT_PRECISION")
+    return "tf32"
+
+
+def _check_device(cfg: dict[str, Any], device: torch.device) -> None:
+    """Hopper-only keys on an older CUDA GPU: ``Unsupported``. The interpreter runs them (it
+    ignores ``num_ctas`` and ``warp_specialize``, which change scheduling, not results)."""
+    asked = [name for name, on in (("PERSISTENT=1", cfg.get("PERSISTENT", 0)),
+                                   ("WARP_SPECIALIZE=1", cfg.get("WARP_SPECIALIZE", 0)),
+                                   ("num_ctas=2", cfg.get("num_ctas", 1) > 1)) if on]
+    if asked and device.type == "cuda" and _cc_major(device) < 9:
+        raise Unsupported(f"{', '.join(asked)} needs a Hopper or later GPU (compute capability "
+                          f"9+), this one is {_cc_major(device)}.x")
+
+
+#: Persistent kernel: fuse the tile loop with the K loop into one pipeline (``flatten``), and
+#: store C through a TMA descriptor where C's rows are 16-byte aligned. Benchmark seams.
+PERSISTENT_FLATTEN = True
+PERSISTENT_TMA_STORE = True
+
+
+def _matmul_persistent(a3: torch.Tensor, b3: torch.Tensor, c3: torch.Tensor,
+                       cfg: dict[str, Any], precision: str, warp_spec: bool,
+                       launch: dict[str, int], tma: bool | None) -> None:
+    """Launch ``_gemm_persistent_kernel`` (``PERSISTENT=1``) into ``c3``."""
+    if tma is False or (tma is None and TMA_DEFAULT is False):
+        raise Unsupported("PERSISTENT=1 loads through TMA, but pointer loads were asked for "
+                          "(tma=False)")
+    batch, m, k = a3.shape
+    n = b3.shape[2]
+    if batch != 1:
+        raise Unsupported(f"PERSISTENT=1 serves batch 1 only, got batch {batch}")
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    da = _describe(a3[0], m, k, (bm, bk))
+    db = _describe(b3[0], k, n, (bk, bn))
+    if da is None or db is None:
+        raise Unsupported("PERSISTENT=1 loads through TMA: each operand needs a 16-byte aligned "
+                          "base, unit stride along rows or columns and a 16-byte aligned "
+                          "leading dimension")
+    dc = _describe(c3[0], m, n, (bm, bn)) if PERSISTENT_TMA_STORE else None
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    programs = max(1, min(_sm_count(a3.device) // launch.get("num_ctas", 1), tiles))
+    _gemm_persistent_kernel[(programs,)](
+        da[0], db[0], c3, dc[0] if dc is not None else None, m, n, k, c3.stride(1), c3.stride(2),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], A_COL=da[1], B_COL=db[1],
+        EVEN_MN=m % bm == 0 and n % bn == 0, INPUT_PRECISION=precision,
+        WARP_SPECIALIZE=warp_spec, FLATTEN=PERSISTENT_FLATTEN, TMA_STORE=dc is not None,
+        **launch,
+    )  # fmt: skip
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
@@ -422,6 +575,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         raise Unsupported("one matrix has 2**31 elements or more (32-bit tile offsets)")
     c3 = out if out.dim() == 3 else out.unsqueeze(0)
 
+    precision = _input_precision(cfg, a.dtype)
+    warp_spec = bool(cfg.get("WARP_SPECIALIZE", 0))
+    launch = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+    if cfg.get("num_ctas", 1) > 1:  # absent or 1: the launch is exactly as before
+        launch["num_ctas"] = cfg["num_ctas"]
+    _check_device(cfg, a.device)
+    if cfg.get("PERSISTENT", 0):
+        _matmul_persistent(a3, b3, c3, cfg, precision, warp_spec, launch, tma)
+        return out
+
     bm, bn, bk, split_k = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
     k_per_split = triton.cdiv(triton.cdiv(k, split_k), bk) * bk
     even_k = k % (bk * split_k) == 0
@@ -447,13 +610,20 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     descs = _tma_descriptors(a3, b3, cfg, auto=use_tma is None) if use_tma is not False else None
     if use_tma and descs is None:
         raise Unsupported("tma=True, but these operands cannot be described for TMA")
+    if warp_spec and descs is None:
+        if a.device.type != "cuda":
+            raise Unsupported("WARP_SPECIALIZE=1 with PERSISTENT=0 needs the TMA kernel, which "
+                              "the interpreter takes only with tma=True")
+        raise InvalidConfig("WARP_SPECIALIZE=1 needs TMA loads: PERSISTENT=1, or the TMA kernel "
+                            "(bf16/fp16, batch 1, 16-byte aligned operands); these operands take "
+                            "the pointer kernel")
     if descs is not None:
         _gemm_tma_kernel[grid](
             descs[0], descs[1], c3, ws, cnt,
             m, n, k, k_per_split, c3.stride(1), c3.stride(2),
             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], SPLIT_K=split_k,
             A_COL=descs[2], B_COL=descs[3], EVEN_MN=even_mn, SERIAL=serial, FANIN=fanin,
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            WARP_SPECIALIZE=warp_spec, **launch,
         )  # fmt: skip
     else:
         _gemm_kernel[grid](
@@ -464,9 +634,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
             c3.stride(0), c3.stride(1), c3.stride(2),
             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], SPLIT_K=split_k,
             EVEN_K=even_k, EVEN_MN=even_mn,
-            INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
-            SERIAL=serial, FANIN=fanin,
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            INPUT_PRECISION=precision, SERIAL=serial, FANIN=fanin, **launch,
         )  # fmt: skip
     if split_k > 1 and not serial:
         numel = batch * m * n
