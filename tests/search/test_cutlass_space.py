@@ -1,0 +1,147 @@
+"""The CUTLASS search space: knob constraints, configurations, ranking, the first batch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from search.spaces import cutlass_gemm as space
+from search.types import GemmProblem
+
+
+@dataclass(frozen=True)
+class Op:
+    """FAKE operation record with the attributes the space reads (no cutlass_library)."""
+
+    name: str
+    tile: tuple[int, int, int] = (128, 256, 64)
+    cluster: tuple[int, int, int] = (2, 1, 1)
+    kernel_schedule: str = "TmaWarpSpecializedCooperative"
+    epilogue_schedule: str = "TmaWarpSpecializedCooperative"
+    tile_scheduler: str = "default"
+    dtype_a: str = "bf16"
+    dtype_c: str | None = None
+
+
+P = GemmProblem(m=4096, n=4096, k=4096)
+COOP = Op("coop")
+SK = Op("sk", tile_scheduler="stream_k")
+NONPERSISTENT = Op("np", kernel_schedule="TmaWarpSpecialized",
+                   epilogue_schedule="NoSmemWarpSpecialized")
+OPS = {o.name: o for o in (COOP, SK, NONPERSISTENT)}
+
+
+def cfg(op: str, raster: str = "heuristic", swizzle: int = 1, splits: int = 1) -> dict:
+    return {"op": op, "raster": raster, "swizzle": swizzle, "splits": splits}
+
+
+def test_default_configs_are_feasible() -> None:
+    for name in OPS:
+        assert space.violations(P, cfg(name), OPS) == []
+    assert space.violations(P, cfg("coop", "along_n", 8), OPS) == []
+    assert space.violations(P, cfg("sk", "along_m", 2, 4), OPS) == []
+
+
+@pytest.mark.parametrize(("config", "words"), [
+    (cfg("np", raster="along_m"), "not persistent"),
+    (cfg("np", swizzle=2), "not persistent"),
+    (cfg("coop", splits=2), "stream-K"),
+    (cfg("sk", splits=128), "k-tiles"),
+    (cfg("coop", raster="diagonal"), "raster"),
+    (cfg("coop", swizzle=3), "swizzle"),
+    (cfg("coop", splits=0), "positive"),
+    (cfg("nope"), "does not serve"),
+    ({"op": "coop", "raster": "heuristic"}, "missing"),
+    ({**cfg("coop"), "stages": 3}, "unknown key"),
+])
+def test_violations_name_the_rule(config: dict, words: str) -> None:
+    out = space.violations(P, config, OPS)
+    assert out and any(words in v for v in out), out
+
+
+def test_cluster_and_swizzle_against_a_small_problem() -> None:
+    small = GemmProblem(m=64, n=4096, k=4096)  # one 128-row tile
+    assert any("cluster 2 along m" in v for v in space.violations(small, cfg("coop"), OPS))
+    tiny = GemmProblem(m=128, n=256, k=256)  # a 1x1 grid of 128x256 tiles
+    assert any("swizzle" in v for v in space.violations(
+        tiny, cfg("sk", swizzle=4), {"sk": Op("sk", cluster=(1, 1, 1),
+                                              tile_scheduler="stream_k")}))
+
+
+def test_configs_enumerate_only_meaningful_knobs() -> None:
+    assert space.configs(P, NONPERSISTENT) == [cfg("np")]
+    coop = space.configs(P, COOP)
+    assert coop[0] == cfg("coop") and len(coop) == len(space.RASTERS) * len(space.SWIZZLES)
+    sk = space.configs(P, SK)
+    assert {c["splits"] for c in sk} == set(space.SPLITS)
+    assert all(space.violations(P, c, OPS) == [] for c in coop + sk)
+
+
+def test_analytic_order_prefers_big_persistent_tiles_and_stream_k_on_ragged_waves() -> None:
+    ops = [Op("small", tile=(64, 128, 64), cluster=(1, 1, 1)),
+           Op("cpasync", kernel_schedule="CpAsyncWarpSpecializedCooperative"),
+           Op("big"), Op("np", kernel_schedule="TmaWarpSpecialized")]
+    order = [r.op for r in space.rank(P, ops, gpu=None)]
+    assert order[0] == "big" and order[-1] == "small"
+    assert order.index("np") < order.index("cpasync")
+    assert all(r.source == "analytic" for r in space.rank(P, ops, gpu=None))
+    # 33 tiles on 132 SMs is a quarter wave of whole tiles: stream-K spreads the k loop
+    ragged = GemmProblem(m=1408, n=768, k=8192)
+    two = [Op("dp", cluster=(1, 1, 1)), Op("sk", cluster=(1, 1, 1), tile_scheduler="stream_k")]
+    assert [r.op for r in space.rank(ragged, two, gpu=None)][0] == "sk"
+    # ...and on an exact number of waves it only pays the fixup
+    even = GemmProblem(m=4224, n=1024, k=4096)  # 33 x 4 = 132 tiles of 128x256
+    assert [r.op for r in space.rank(even, two, gpu=None)][0] == "dp"
+
+
+def test_heuristics_gpu_names() -> None:
+    assert space.heuristics_gpu("NVIDIA H100 80GB HBM3") == "H100_SXM"
+    assert space.heuristics_gpu("NVIDIA H100 PCIe") == "H100_PCIE"
+    assert space.heuristics_gpu("NVIDIA H200") == "H200_SXM"
+    assert space.heuristics_gpu("H100_SXM") == "H100_SXM"
+    assert space.heuristics_gpu("NVIDIA A100-SXM4-80GB") is None
+    assert space.heuristics_gpu(None) is None
+
+
+def test_rank_uses_nvmatmulheuristics_for_the_named_gpu() -> None:
+    pytest.importorskip("nvMatmulHeuristics")
+    from kernel_templates.cutlass import ops_for
+
+    ops = ops_for(P)
+    h100 = space.rank(P, ops, gpu="H100_SXM")
+    assert len(h100) == len(ops) and h100[0].source == "nvmmh"
+    assert sorted(r.op for r in h100) == sorted(o.name for o in ops)
+    est = [r.est_us for r in h100 if r.source == "nvmmh"]
+    assert est == sorted(est)
+    top = {o.name: o for o in ops}[h100[0].op]
+    assert top.tile[0] * top.tile[1] >= 128 * 256 and not top.kernel_schedule.startswith("CpA")
+    # the GPU is really passed: another model gives other numbers; unknown GPUs fall back
+    pcie = {r.op: r.est_us for r in space.rank(P, ops, gpu="H100_PCIE")}
+    assert pcie[h100[0].op] != h100[0].est_us
+    unknown = space.rank(P, ops, gpu="NVIDIA A100-SXM4-80GB")
+    assert {r.source for r in unknown} == {"analytic"}
+
+
+def test_seeds_are_feasible_diverse_and_default_knobs() -> None:
+    from kernel_templates.cutlass import ops_for
+
+    ops = ops_for(P)
+    by_name = {o.name: o for o in ops}
+    seeds = space.seeds(P, ops, n=8)
+    assert len(seeds) == 8
+    assert all(space.violations(P, s, by_name) == [] for s in seeds)
+    assert all((s["raster"], s["swizzle"], s["splits"]) == ("heuristic", 1, 1) for s in seeds)
+    groups = [(by_name[s["op"]].tile, by_name[s["op"]].cluster) for s in seeds]
+    assert max(groups.count(g) for g in groups) <= 2 and len(set(groups)) >= 4
+
+
+def test_space_imports_without_torch_or_cutlass() -> None:
+    code = ("import sys, search.spaces.cutlass_gemm as s; "
+            "from search.types import GemmProblem; "
+            "s.rank(GemmProblem(m=64, n=64, k=64), [], gpu=None); "
+            "bad = [m for m in ('torch', 'cutlass_library', 'nvMatmulHeuristics') "
+            "if m in sys.modules]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=".")
