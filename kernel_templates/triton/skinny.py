@@ -25,9 +25,10 @@ deep, with pointer loads or Hopper TMA descriptors (``TMA``). How the partials a
   identical). The spin is bounded (``SPIN_LIMIT`` polls, about a second): a program that gives
   up writes NaN into its share of C, so a broken residency assumption (another process holding
   SMs through MPS, say) fails a correctness check instead of hanging the GPU.
-  Counters: two int32 (arrivals, departures). A program counts its departure after it has seen
-  every arrival; the last to depart zeroes both, so each launch leaves them at zero for the next
-  launch on the stream (kernels on one stream do not overlap), with no memset launch.
+  Counters: two int32 (arrivals, departures). A program counts its departure once it has seen
+  every arrival and stored its share (off the critical path); the last to depart zeroes both,
+  so each launch leaves them at zero for the next launch on the stream (kernels on one stream
+  do not overlap), with no memset launch.
 - ``"atomic"`` (one launch, any grid size, not bitwise reproducible): every program adds its
   partial into a zeroed fp32 tile with ``atomic_add`` (done in L2), then bumps a per-tile counter;
   the last arrival of a tile reads the sums, casts and stores C, re-zeroes the workspace tile and
@@ -35,7 +36,8 @@ deep, with pointer loads or Hopper TMA descriptors (``TMA``). How the partials a
 - ``"two_launch"`` (reference path): partials as in ``"barrier"``, then a second kernel of the same
   grid does the same share-wise sum. Results are bitwise equal to ``"barrier"``.
 
-Memory order (barrier and atomic): all threads store (or add), ``bar.sync``, then one thread's
+Memory order (barrier and atomic): all threads store (or add; the atomic mode and, if
+``BARRIER_FENCE``, the barrier mode also fence each thread), ``bar.sync``, then one thread's
 ``acq_rel`` gpu-scope atomic releases the whole CTA's writes (cumulativity through the barrier);
 the waiting side polls with ``acquire`` atomics and a ``bar.sync`` orders the other threads' loads
 after the poll that saw the count, and those loads go to L2 (``.cg``), never to a stale L1 line.
@@ -48,7 +50,8 @@ Configuration (``check_skinny_config``)::
 
     BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages   powers of two (stages: >= 1)
     MODE  "barrier" | "atomic" | "two_launch"                  (default "barrier")
-    TMA   1: TMA loads where they apply (sm90+, bf16/fp16, 16-byte aligned); 0: pointer loads
+    TMA   1: TMA loads where they apply (sm90+, bf16/fp16, 16-byte aligned, not MODE "atomic");
+          0: pointer loads (the faster on the H100 for these shapes)
 """
 
 from __future__ import annotations
@@ -76,6 +79,11 @@ SPIN_LIMIT = 1 << 20
 #: Test seam: let the interpreter run the barrier itself (it then times out and writes NaN in all
 #: but the last program's share: programs run one after another there).
 INTERPRETER_BARRIER = False
+#: Barrier mode: also fence every thread before the CTA barrier (the atomic mode always does).
+#: Off by default: bar.sync plus one thread's cumulative release is what the PTX memory model
+#: asks for (and what gemm.py's serial split-K relies on); no lost partial was seen without it
+#: (H100, 200 + 200 repetitions), and it costs about 0.6 us on 64x64x65536.
+BARRIER_FENCE = False
 #: Most partial values one program loads at once in the share-wise reduction.
 _REDUCE_ELEMS = 4096
 
@@ -113,9 +121,22 @@ def _reduce_share(ws_ptr, c_ptr, tile, share, TILES, M, N, stride_cm, stride_cn,
 
 
 @triton.jit
-def _grid_barrier(cnt_ptr, SPIN: tl.constexpr):
+def _fence_each_thread(x, FENCE: tl.constexpr):
+    # Every thread waits until its own earlier global writes and reductions are performed at gpu
+    # scope (fence.acq_rel.gpu), as CUDA's threadFenceReduction does before __syncthreads: a red
+    # still in flight from thread 5 is not covered by thread 0's release alone (seen on an H100:
+    # the atomic mode lost partial sums without it). ``x`` is any scalar (inline asm needs an
+    # operand); the interpreter has no inline asm and needs no fence.
+    if FENCE:
+        tl.inline_asm_elementwise("fence.acq_rel.gpu;\n\tmov.u32 $0, $1;", "=r,r", [x],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _grid_arrive_and_wait(cnt_ptr, SPIN: tl.constexpr):
     # All programs of the grid meet here; returns False in a program that gave up waiting.
-    # cnt_ptr[0] counts arrivals, cnt_ptr[1] departures; the last to depart zeroes both.
+    # cnt_ptr[0] counts arrivals; _grid_depart (after the program's last use of the workspace
+    # and off the critical path) counts departures, and the last to depart zeroes both.
     nprog = tl.num_programs(0)
     tl.debug_barrier()
     seen = tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu") + 1
@@ -124,20 +145,25 @@ def _grid_barrier(cnt_ptr, SPIN: tl.constexpr):
         seen = tl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
         spins += 1
     tl.debug_barrier()
-    # Every arrival precedes its program's departure, so when the departures reach nprog no
-    # program is still spinning on (or yet to add to) the arrival counter.
+    return seen >= nprog
+
+
+@triton.jit
+def _grid_depart(cnt_ptr):
+    # Every arrival precedes its program's departure, so when the departures reach the grid
+    # size no program is still spinning on (or yet to add to) the arrival counter.
+    nprog = tl.num_programs(0)
     gone = tl.atomic_add(cnt_ptr + 1, 1, sem="acq_rel", scope="gpu")
     if gone == nprog - 1:
         tl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(cnt_ptr + 1, 0, sem="relaxed", scope="gpu")
-    return seen >= nprog
 
 
 @triton.jit
 def _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
             TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
-            CHUNK: tl.constexpr):
+            CHUNK: tl.constexpr, FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr):
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
     pid_m = tile // TILES_N
     pid_n = tile % TILES_N
@@ -152,6 +178,7 @@ def _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, st
         # atomic: accumulate in L2, the tile's last arrival converts and re-zeroes.
         acc_ptrs = ws_ptr + tile.to(tl.int64) * TILE + local
         tl.atomic_add(acc_ptrs, acc, sem="relaxed", scope="gpu")
+        _fence_each_thread(tile, FENCE)
         tl.debug_barrier()
         seen = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if seen == SPLIT_K - 1:
@@ -164,9 +191,11 @@ def _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, st
         part = ws_ptr + (pid_k.to(tl.int64) * TILES + tile) * TILE + local
         tl.store(part, acc)
         if MODE == 1:
-            ok = _grid_barrier(cnt_ptr, SPIN)
+            _fence_each_thread(tile, FENCE and BARRIER_FENCE)
+            ok = _grid_arrive_and_wait(cnt_ptr, SPIN)
             _reduce_share(ws_ptr, c_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn, ok,
                           BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, CHUNK)
+            _grid_depart(cnt_ptr)
 
 
 @triton.jit
@@ -176,7 +205,8 @@ def _skinny_kernel(
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
-    CHUNK: tl.constexpr, EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr,
+    CHUNK: tl.constexpr, FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
@@ -214,7 +244,8 @@ def _skinny_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
-            BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK)
+            BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK, FENCE,
+            BARRIER_FENCE)
 
 
 @triton.jit
@@ -223,7 +254,8 @@ def _skinny_tma_kernel(
     M, N, K, K_PER_SPLIT, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
-    CHUNK: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
+    CHUNK: tl.constexpr, FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr,
+    A_COL: tl.constexpr, B_COL: tl.constexpr,
 ):  # fmt: skip
     # Same work as _skinny_kernel, tiles through the TMA engine (out-of-bounds reads are zeros;
     # a K slice past the end of K reads only zeros).
@@ -247,7 +279,8 @@ def _skinny_tma_kernel(
             b = b_desc.load([k, off_n])
         acc = tl.dot(a, b, acc)
     _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
-            BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK)
+            BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK, FENCE,
+            BARRIER_FENCE)
 
 
 @triton.jit
@@ -401,13 +434,16 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         ws = cnt = out
     mode_id = _MODE_ID[mode]
     descs = None
-    if (cfg["TMA"] and a.device.type == "cuda" and _cc_major(a.device) >= 9
+    # The atomic mode lost partial sums with TMA loads on an H100 (16x4096x4096, 16x128x128 sk4:
+    # 28 of 200 calls wrong, with or without fences; pointer loads 0 of 200): pointer loads only.
+    if (cfg["TMA"] and mode != "atomic" and a.device.type == "cuda" and _cc_major(a.device) >= 9
             and a.dtype in (torch.bfloat16, torch.float16)):
         da, db = _describe(a, (bm, bk)), _describe(b, (bk, bn))
         if da is not None and db is not None:
             descs = (da, db)
     common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split_k, TILES_N=tiles_n,
                   MODE=mode_id, SPIN=SPIN_LIMIT, CHUNK=chunk,
+                  FENCE=not _interpreting(a.device), BARRIER_FENCE=BARRIER_FENCE,
                   num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if descs is not None:
         (a_desc, a_col), (b_desc, b_col) = descs
