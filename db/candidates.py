@@ -29,13 +29,13 @@ from search.types import config_key
 
 
 def add_candidates(session: Session, job_id: int, problem_id: int, backend: str,
-                   items: Iterable[tuple[dict[str, Any], int | None]], now: datetime
-                   ) -> list[CandidateRecord]:
+                   items: Iterable[tuple[dict[str, Any], int | None]], now: datetime,
+                   tier: str | None = None) -> list[CandidateRecord]:
     """Insert pending candidates: one per ``(config, optuna trial number or None)``."""
     rows = [CandidateRow(job_id=job_id, problem_id=problem_id, backend=backend,
                          config=dict(config), config_key=config_key(config),
-                         trial_number=trial, status=CandidateStatus.PENDING.value, attempts=0,
-                         created_at=now)
+                         trial_number=trial, tier=tier, status=CandidateStatus.PENDING.value,
+                         attempts=0, created_at=now)
             for config, trial in items]
     session.add_all(rows)
     session.flush()
@@ -44,7 +44,7 @@ def add_candidates(session: Session, job_id: int, problem_id: int, backend: str,
 
 def job_counts(session: Session, job_id: int) -> JobCounts:
     c = CandidateRow
-    triton = c.backend == "triton"
+    triton = c.tier.is_not(None)  # custom-search trials (what the trial budget counts)
 
     def count(cond: Any) -> Any:
         return func.coalesce(func.sum(case((cond, 1), else_=0)), 0)
@@ -125,7 +125,8 @@ def expire_stale(session: Session, now: datetime, max_attempts: int) -> list[Exp
 
 def lease_pending(session: Session, job_id: int, backends: Sequence[str], limit: int,
                   lease_id: str, worker_id: int, expires_at: datetime) -> list[CandidateRecord]:
-    """Lease up to ``limit`` pending candidates of the job (library baselines first)."""
+    """Lease up to ``limit`` pending candidates of the job (calibration, library and
+    verification before custom trials)."""
     if limit <= 0:
         return []
     rows = list(session.scalars(
@@ -133,7 +134,7 @@ def lease_pending(session: Session, job_id: int, backends: Sequence[str], limit:
         .where(CandidateRow.job_id == job_id,
                CandidateRow.status == CandidateStatus.PENDING.value,
                CandidateRow.backend.in_(list(backends)))
-        .order_by(case((CandidateRow.backend == "cublas", 0), else_=1), CandidateRow.id)
+        .order_by(case((CandidateRow.tier.is_(None), 0), else_=1), CandidateRow.id)
         .limit(limit)
         .with_for_update(skip_locked=True)))
     for row in rows:
@@ -166,3 +167,24 @@ def renew_lease(session: Session, lease_id: str, expires_at: datetime) -> None:
                     .where(CandidateRow.lease_id == lease_id,
                            CandidateRow.status == CandidateStatus.LEASED.value)
                     .values(lease_expires_at=expires_at))
+
+
+def cancel_ids(session: Session, ids: Sequence[int], reason: str) -> int:
+    """Cancel these candidates if they are still pending."""
+    if not ids:
+        return 0
+    result = session.execute(
+        update(CandidateRow)
+        .where(CandidateRow.id.in_(list(ids)),
+               CandidateRow.status == CandidateStatus.PENDING.value)
+        .values(status=CandidateStatus.CANCELLED.value, failure_reason=reason))
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def outstanding_tasks(session: Session, gpu_model: str, backend: str) -> int:
+    """Outstanding candidates of ``backend`` in active jobs bound to ``gpu_model``."""
+    return int(session.scalar(
+        select(func.count()).select_from(CandidateRow)
+        .join(JobRow, JobRow.id == CandidateRow.job_id)
+        .where(CandidateRow.backend == backend, CandidateRow.status.in_(OUTSTANDING),
+               JobRow.bound_gpu == gpu_model, JobRow.status.in_(ACTIVE_JOB))) or 0)

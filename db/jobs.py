@@ -54,11 +54,11 @@ def list_problems(session: Session, limit: int, offset: int
 
 def create_job(session: Session, problem: ProblemRecord, *, max_trials: int | None,
                max_seconds: float | None, backends: Sequence[str], target_gpu: str | None,
-               seed: int, now: datetime) -> JobRecord:
+               seed: int, now: datetime, policy: dict[str, Any] | None = None) -> JobRecord:
     row = JobRow(problem_id=problem.id, status=JobStatus.QUEUED.value, max_trials=max_trials,
                  max_seconds=max_seconds, backends=list(backends), target_gpu=target_gpu,
                  bound_gpu=None, bound_backends=None, search_exhausted=False, seed=seed,
-                 created_at=now)
+                 created_at=now, policy=dict(policy or {}), stage=None, exhausted_tiers=[])
     session.add(row)
     session.flush()
     return get_job(session, row.id)  # type: ignore[return-value]
@@ -114,8 +114,25 @@ def bind_job(session: Session, job_id: int, gpu_model: str, backends: Sequence[s
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-def mark_exhausted(session: Session, job_id: int) -> None:
-    session.execute(update(JobRow).where(JobRow.id == job_id).values(search_exhausted=True))
+def mark_exhausted(session: Session, job_id: int, tier: str) -> None:
+    """Record that the custom search ran out of configurations in ``tier`` for this job."""
+    row = session.get(JobRow, job_id)
+    if row is not None and tier not in (row.exhausted_tiers or []):
+        row.exhausted_tiers = [*(row.exhausted_tiers or []), tier]
+        row.search_exhausted = True
+        session.flush()
+
+
+def set_stage(session: Session, job_id: int, stage: str) -> None:
+    session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.stage.is_distinct_from(stage))
+                    .values(stage=stage))
+
+
+def jobs_of_problem(session: Session, problem_id: int) -> list[JobRecord]:
+    rows = session.execute(
+        select(JobRow, ProblemRow).join(ProblemRow, ProblemRow.id == JobRow.problem_id)
+        .where(JobRow.problem_id == problem_id).order_by(JobRow.id)).all()
+    return [JobRecord.of(j, p) for j, p in rows]
 
 
 def finish_job(session: Session, job_id: int, status: JobStatus, now: datetime,

@@ -10,9 +10,11 @@ from sqlalchemy.orm import Session
 
 from db.models import CandidateRow, MeasurementRow
 from db.records import CandidateRecord, MeasurementRecord
-from search.types import INTERPRETER_GPU, Measurement, Status
+from search.types import CUSTOM_BACKENDS, INTERPRETER_GPU, LIBRARY_BACKENDS, Measurement, Status
 
 _OK = Status.OK.value
+#: Measurements of one kernel (not of a calibration or a verification task).
+KERNEL_BACKENDS = (*LIBRARY_BACKENDS, *CUSTOM_BACKENDS)
 
 
 def add_measurement(session: Session, candidate: CandidateRecord, gpu_model: str,
@@ -25,7 +27,7 @@ def add_measurement(session: Session, candidate: CandidateRecord, gpu_model: str
         config_key=candidate.config_key, status=str(m.status), median_us=m.median_us,
         p20_us=m.p20_us, p80_us=m.p80_us, reps=m.reps, rel_error=m.rel_error,
         compile_s=m.compile_s, bench_s=m.bench_s, error=m.error, env=dict(m.env),
-        worker_id=worker_id, created_at=now)
+        extra=dict(m.extra) or None, worker_id=worker_id, created_at=now)
     session.add(row)
     session.flush()
     return MeasurementRecord.of(row)
@@ -46,7 +48,8 @@ def find_known(session: Session, problem_id: int, gpu_model: str, backend: str,
 
 def _fastest(session: Session, *where: Any, backend: str | None) -> MeasurementRecord | None:
     stmt = select(MeasurementRow).where(*where, MeasurementRow.status == _OK,
-                                        MeasurementRow.median_us.is_not(None))
+                                        MeasurementRow.median_us.is_not(None),
+                                        MeasurementRow.backend.in_(KERNEL_BACKENDS))
     if backend is not None:
         stmt = stmt.where(MeasurementRow.backend == backend)
     row = session.scalars(stmt.order_by(MeasurementRow.median_us, MeasurementRow.id)
@@ -95,3 +98,16 @@ def list_trials(session: Session, problem_id: int, limit: int, offset: int,
 def has_measurement(session: Session, candidate_id: int) -> bool:
     return session.scalar(select(MeasurementRow.id)
                           .where(MeasurementRow.candidate_id == candidate_id).limit(1)) is not None
+
+
+def of_candidates(session: Session, candidate_ids: list[int]) -> dict[int, MeasurementRecord]:
+    """The measurement of each candidate that has one (the first, if ever two)."""
+    out: dict[int, MeasurementRecord] = {}
+    for i in range(0, len(candidate_ids), 500):
+        chunk = candidate_ids[i:i + 500]
+        rows = session.scalars(select(MeasurementRow)
+                               .where(MeasurementRow.candidate_id.in_(chunk))
+                               .order_by(MeasurementRow.id))
+        for row in rows:
+            out.setdefault(int(row.candidate_id), MeasurementRecord.of(row))
+    return out

@@ -91,6 +91,11 @@ class JobRow(Base):
     bound_backends: Mapped[list[str] | None] = mapped_column(JSON)
     search_exhausted: Mapped[bool] = mapped_column(Boolean, default=False)
     seed: Mapped[int] = mapped_column(Integer, default=0)
+    #: the decision loop's policy (``search.agent.Policy`` fields) and where it stands
+    policy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    stage: Mapped[str | None] = mapped_column(String(16))
+    #: custom-search tiers whose space ran out for this job
+    exhausted_tiers: Mapped[list[str] | None] = mapped_column(JSON)
     created_at: Mapped[datetime]
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -111,6 +116,8 @@ class CandidateRow(Base):
     config: Mapped[dict[str, Any]]
     config_key: Mapped[str] = mapped_column(Text)
     trial_number: Mapped[int | None] = mapped_column(Integer)
+    #: the custom-search tier (``None`` for library, calibration and verification candidates)
+    tier: Mapped[str | None] = mapped_column(String(32))
     status: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     lease_id: Mapped[str | None] = mapped_column(String(36), index=True)
@@ -145,8 +152,53 @@ class MeasurementRow(Base):
     bench_s: Mapped[float | None] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text)
     env: Mapped[dict[str, Any]]
+    #: what a calibration or a verification measured besides one kernel's times
+    extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     worker_id: Mapped[int | None] = mapped_column(IdType, ForeignKey("workers.id"))
     created_at: Mapped[datetime]
+
+
+class CalibrationRow(Base):
+    """Measured peaks of a GPU model under one driver/toolkit (``search.roofline``)."""
+
+    __tablename__ = "calibrations"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    gpu_model: Mapped[str] = mapped_column(String(200), index=True)
+    bandwidth_gbs: Mapped[float] = mapped_column(Float)
+    peak_tflops: Mapped[dict[str, Any]]
+    env: Mapped[dict[str, Any]]
+    stale: Mapped[bool] = mapped_column(Boolean, default=False)
+    job_id: Mapped[int | None] = mapped_column(IdType, ForeignKey("jobs.id"))
+    worker_id: Mapped[int | None] = mapped_column(IdType, ForeignKey("workers.id"))
+    bench_s: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime]
+
+
+class DecisionRow(Base):
+    """A verdict of the decision loop for a problem on a GPU model, with its evidence."""
+
+    __tablename__ = "decisions"
+    __table_args__ = (Index("ix_decisions_problem_gpu", "problem_id", "gpu_model"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    problem_id: Mapped[int] = mapped_column(IdType, ForeignKey("problems.id"))
+    job_id: Mapped[int | None] = mapped_column(IdType, ForeignKey("jobs.id"), index=True)
+    gpu_model: Mapped[str] = mapped_column(String(200))
+    verdict: Mapped[str] = mapped_column(String(32))
+    chosen: Mapped[str] = mapped_column(String(16))
+    backend: Mapped[str | None] = mapped_column(String(32))
+    config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    median_us: Mapped[float | None] = mapped_column(Float)
+    speedup: Mapped[float | None] = mapped_column(Float)
+    bound: Mapped[str | None] = mapped_column(String(16))
+    attainable_us: Mapped[float | None] = mapped_column(Float)
+    verified: Mapped[bool] = mapped_column(Boolean, default=False)
+    rationale: Mapped[str] = mapped_column(Text)
+    evidence: Mapped[dict[str, Any]]
+    env: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    superseded_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class LeaseRow(Base):

@@ -7,7 +7,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from db.models import CandidateRow, JobRow, LeaseRow, MeasurementRow, ProblemRow, WorkerRow
+from db.models import (
+    CalibrationRow,
+    CandidateRow,
+    DecisionRow,
+    JobRow,
+    LeaseRow,
+    MeasurementRow,
+    ProblemRow,
+    WorkerRow,
+)
 from search.types import Measurement, Status
 
 
@@ -81,6 +90,9 @@ class JobRecord:
     started_at: datetime | None
     finished_at: datetime | None
     error: str | None
+    policy: dict[str, Any] = field(default_factory=dict, hash=False)
+    stage: str | None = None
+    exhausted_tiers: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -92,7 +104,8 @@ class JobRecord:
         return cls(row.id, row.problem_id, problem.key, dict(problem.spec), row.status,
                    row.max_trials, row.max_seconds, tuple(row.backends), row.target_gpu,
                    row.bound_gpu, bound, bool(row.search_exhausted), row.seed, row.created_at,
-                   row.started_at, row.finished_at, row.error)
+                   row.started_at, row.finished_at, row.error, dict(row.policy or {}),
+                   row.stage, tuple(row.exhausted_tiers or ()))
 
 
 @dataclass(frozen=True)
@@ -110,12 +123,13 @@ class CandidateRecord:
     lease_expires_at: datetime | None
     worker_id: int | None
     failure_reason: str | None
+    tier: str | None = None
 
     @classmethod
     def of(cls, row: CandidateRow) -> CandidateRecord:
         return cls(row.id, row.job_id, row.problem_id, row.backend, dict(row.config),
                    row.config_key, row.trial_number, row.status, row.attempts, row.lease_id,
-                   row.lease_expires_at, row.worker_id, row.failure_reason)
+                   row.lease_expires_at, row.worker_id, row.failure_reason, row.tier)
 
 
 @dataclass(frozen=True)
@@ -140,19 +154,27 @@ class MeasurementRecord:
     env: dict[str, Any] = field(hash=False)
     worker_id: int | None
     created_at: datetime
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @classmethod
     def of(cls, row: MeasurementRow) -> MeasurementRecord:
         return cls(row.id, row.candidate_id, row.job_id, row.problem_id, row.gpu_model,
                    row.backend, dict(row.config), row.config_key, row.status, row.median_us,
                    row.p20_us, row.p80_us, row.reps, row.rel_error, row.compile_s, row.bench_s,
-                   row.error, dict(row.env or {}), row.worker_id, row.created_at)
+                   row.error, dict(row.env or {}), row.worker_id, row.created_at,
+                   dict(row.extra or {}))
+
+    @property
+    def gpu_s(self) -> float:
+        """Seconds the worker's GPU was held for this measurement (compile + benchmark)."""
+        return float(self.compile_s or 0.0) + float(self.bench_s or 0.0)
 
     def to_measurement(self) -> Measurement:
         return Measurement(status=Status(self.status), median_us=self.median_us,
                            p20_us=self.p20_us, p80_us=self.p80_us, reps=self.reps,
                            rel_error=self.rel_error, compile_s=self.compile_s,
-                           bench_s=self.bench_s, error=self.error, env=dict(self.env))
+                           bench_s=self.bench_s, error=self.error, env=dict(self.env),
+                           extra=dict(self.extra))
 
 
 @dataclass(frozen=True)
@@ -189,3 +211,53 @@ class Expired:
 
     candidate: CandidateRecord
     new_status: str
+
+
+@dataclass(frozen=True)
+class CalibrationRecord:
+    id: int
+    gpu_model: str
+    bandwidth_gbs: float
+    peak_tflops: dict[str, float] = field(hash=False)
+    env: dict[str, Any] = field(hash=False)
+    stale: bool
+    job_id: int | None
+    worker_id: int | None
+    bench_s: float | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: CalibrationRow) -> CalibrationRecord:
+        return cls(row.id, row.gpu_model, row.bandwidth_gbs, dict(row.peak_tflops),
+                   dict(row.env or {}), bool(row.stale), row.job_id, row.worker_id,
+                   row.bench_s, row.created_at)
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    id: int
+    problem_id: int
+    job_id: int | None
+    gpu_model: str
+    verdict: str
+    chosen: str
+    backend: str | None
+    config: dict[str, Any] | None = field(hash=False)
+    median_us: float | None
+    speedup: float | None
+    bound: str | None
+    attainable_us: float | None
+    verified: bool
+    rationale: str
+    evidence: dict[str, Any] = field(hash=False)
+    env: dict[str, Any] = field(hash=False)
+    created_at: datetime
+    superseded_at: datetime | None
+
+    @classmethod
+    def of(cls, row: DecisionRow) -> DecisionRecord:
+        return cls(row.id, row.problem_id, row.job_id, row.gpu_model, row.verdict, row.chosen,
+                   row.backend, dict(row.config) if row.config is not None else None,
+                   row.median_us, row.speedup, row.bound, row.attainable_us, bool(row.verified),
+                   row.rationale, dict(row.evidence or {}), dict(row.env or {}), row.created_at,
+                   row.superseded_at)

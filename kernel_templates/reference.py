@@ -70,6 +70,9 @@ def tolerance_for(problem: GemmProblem, config: dict[str, Any] | None = None) ->
     accuracy) and ``"ieee"`` keep the fp32 tolerance; configurations without the key are
     checked exactly as before."""
     tol = tolerance(problem)
-    if problem.dtype == "fp32" and (config or {}).get("INPUT_PRECISION") == "tf32":
+    cfg = config or {}
+    # cuBLAS with ``allow_tf32`` (the library side of a tf32 policy) rounds the same way.
+    if problem.dtype == "fp32" and (cfg.get("INPUT_PRECISION") == "tf32"
+                                    or cfg.get("allow_tf32")):
         tol = max(tol, TF32_TOLERANCE)
     return tol

@@ -21,10 +21,23 @@ KernelCall = Callable[[], torch.Tensor]
 
 
 def _cublas(candidate: Candidate, inputs: GemmInputs) -> KernelCall:
+    from kernel_templates.errors import InvalidConfig
     from kernel_templates.library import cublas_matmul
 
+    unknown = set(candidate.config) - {"allow_tf32"}
+    if unknown:
+        raise InvalidConfig(f"cublas takes only allow_tf32; unknown keys {sorted(unknown)}")
+    tf32 = bool(candidate.config.get("allow_tf32", False))
+    if tf32 and candidate.problem.dtype != "fp32":
+        raise InvalidConfig("allow_tf32 applies to fp32 inputs only")
     a, b, out = inputs.a, inputs.b, inputs.out
-    return lambda: cublas_matmul(a, b, out=out)
+
+    def call() -> torch.Tensor:
+        # A process-wide flag: set on every call so the other contender's setting never leaks.
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        return cublas_matmul(a, b, out=out)
+
+    return call
 
 
 def _triton(candidate: Candidate, inputs: GemmInputs) -> KernelCall:

@@ -23,6 +23,7 @@ Stages::
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -298,8 +299,9 @@ def _custom_best(trials: Sequence[Trial]) -> Trial | None:
 
 def tier_progress(ev: Evidence) -> list[TierProgress]:
     """Where each applicable tier stands. Tiers run in order; tier *t* gets
-    ``round(total x cumulative weight up to t)`` minus what earlier tiers created, so a tier that
-    stopped early passes its unspent trials on."""
+    ``ceil(total x cumulative weight up to t)`` minus what earlier tiers created (so the first
+    tier gets a trial even from a budget of one, and a tier that stopped early passes its
+    unspent trials on)."""
     pol = ev.policy
     tiers = [t for t in ev.tiers if t.applicable]
     total_w = sum(t.weight for t in tiers) or 1.0
@@ -315,7 +317,7 @@ def tier_progress(ev: Evidence) -> list[TierProgress]:
         elif i == len(tiers) - 1:
             budget = max(0, ev.max_trials - created_before)
         else:
-            budget = max(0, round(ev.max_trials * cum_w / total_w) - created_before)
+            budget = max(0, math.ceil(ev.max_trials * cum_w / total_w - 1e-9) - created_before)
         done = [t for t in trials if t.done]
         best = _custom_best(trials)
         ended, reason = False, ""

@@ -47,8 +47,10 @@ class Proposal:
     config: dict[str, Any]
 
 
-def study_name(problem: GemmProblem, gpu_model: str) -> str:
-    return f"triton-gemm|{problem.key()}|{gpu_model}"
+def study_name(problem: GemmProblem, gpu_model: str, tier: str | None = None) -> str:
+    if tier is None:
+        return f"triton-gemm|{problem.key()}|{gpu_model}"
+    return f"triton-gemm|{tier}|{problem.key()}|{gpu_model}"
 
 
 def storage_for(url: str) -> optuna.storages.RDBStorage:
@@ -75,14 +77,16 @@ class GemmTuner:
     """Proposes Triton GEMM configurations for one problem on one GPU model."""
 
     def __init__(self, storage_url: str, problem: GemmProblem, gpu_model: str,
-                 limits: DeviceLimits, seed: int = 0) -> None:
+                 limits: DeviceLimits, seed: int = 0, tier: str | None = None) -> None:
         self.problem = problem
         self.limits = limits
+        self.tier = tier
         self.exhausted = False
-        self._space = triton_gemm.space(problem)
+        self._params = triton_gemm.params(tier)
+        self._space = triton_gemm.space(problem, tier)
         self._dists = {c.name: CategoricalDistribution(list(c.values)) for c in self._space}
         storage = storage_for(storage_url)
-        name = study_name(problem, gpu_model)
+        name = study_name(problem, gpu_model, tier)
         self._study = optuna.create_study(storage=storage, study_name=name,
                                           direction="minimize", load_if_exists=True)
         n_trials = len(self._study.get_trials(deepcopy=False))
@@ -93,7 +97,7 @@ class GemmTuner:
             seed=int.from_bytes(digest[:4], "little"), multivariate=True, constant_liar=True,
             n_startup_trials=10)
         if n_trials == 0:
-            for config in triton_gemm.seeds(problem):
+            for config in triton_gemm.seeds(problem, tier):
                 self._study.enqueue_trial(config, skip_if_exists=True)
 
     @property
@@ -116,7 +120,7 @@ class GemmTuner:
         misses, max_misses = 0, 200
         while len(out) < n and misses < max_misses:
             trial = self._study.ask(self._dists)
-            config = {name: trial.params[name] for name in triton_gemm.PARAMS}
+            config = {name: trial.params[name] for name in self._params}
             key = config_key(config)
             reasons = violations(self.problem, config, self.limits)
             if reasons:

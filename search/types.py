@@ -38,6 +38,20 @@ class Status(StrEnum):
 class Backend(StrEnum):
     CUBLAS = "cublas"
     TRITON = "triton"
+    CUTLASS = "cutlass"
+
+
+class Task(StrEnum):
+    """Work items that are not one kernel's measurement (leased and reported like candidates)."""
+
+    CALIBRATE = "calibrate"  # measure the device's bandwidth and peak throughput
+    VERIFY = "verify"  # re-measure two kernels interleaved (A B A B ...)
+
+
+#: Backends whose kernels someone else maintains: the library side of the decision.
+LIBRARY_BACKENDS = (Backend.CUBLAS.value, Backend.CUTLASS.value)
+#: Backends whose kernels we generate and search: the custom side.
+CUSTOM_BACKENDS = (Backend.TRITON.value,)
 
 
 class ProblemError(ValueError):
@@ -173,6 +187,8 @@ class Measurement:
     bench_s: float | None = None
     error: str | None = None
     env: dict[str, Any] = field(default_factory=dict, hash=False)
+    #: what a calibration or verification task measured besides one kernel's times
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @property
     def ok(self) -> bool:
@@ -187,6 +203,7 @@ class Measurement:
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
         data = dict(data)
         data["status"] = Status(data["status"])
+        data["extra"] = dict(data.get("extra") or {})
         return cls(**data)
 
 

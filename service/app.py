@@ -22,7 +22,7 @@ from db.engine import Database
 from db.migrate import upgrade
 from service.errors import ServiceError
 from service.flow import Clock, Flow, utcnow
-from service.routes import best, jobs, problems, workers
+from service.routes import best, calibrations, jobs, problems, workers
 from service.settings import ServiceSettings, get_settings
 from service.tuning import TunerFactory, TunerPool, optuna_tuner
 
@@ -71,7 +71,7 @@ def create_app(settings: ServiceSettings | None = None, *,
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    for module in (jobs, best, problems, workers):
+    for module in (jobs, best, problems, calibrations, workers):
         app.include_router(module.router)
     return app
 

@@ -64,10 +64,13 @@ class KernelSearchClient:
     # -- jobs -----------------------------------------------------------------------------------
     def submit_job(self, problem: dict[str, Any], budget: dict[str, Any] | None = None,
                    backends: list[str] | None = None, gpu: str | None = None,
-                   seed: int | None = None) -> dict[str, Any]:
+                   seed: int | None = None, policy: dict[str, Any] | None = None
+                   ) -> dict[str, Any]:
+        """Submit a tuning job; ``policy`` steers the decision loop (``threshold``,
+        ``force_custom``, ``full_search``, ``allow_tf32`` ...)."""
         body: dict[str, Any] = {"problem": problem}
         for key, value in (("budget", budget), ("backends", backends), ("gpu", gpu),
-                           ("seed", seed)):
+                           ("seed", seed), ("policy", policy)):
             if value is not None:
                 body[key] = value
         return self._request("POST", "/v1/jobs", json=body)
@@ -80,6 +83,27 @@ class KernelSearchClient:
 
     def cancel_job(self, job_id: int) -> dict[str, Any]:
         return self._request("POST", f"/v1/jobs/{int(job_id)}/cancel")
+
+    def decision(self, problem_id: int, gpu: str | None = None) -> dict[str, Any] | None:
+        """The decision in force for a problem (None before the first one)."""
+        params = {"gpu": gpu} if gpu else None
+        try:
+            return self._request("GET", f"/v1/problems/{int(problem_id)}/decision",
+                                 params=params)
+        except KernelSearchError as exc:
+            if exc.status_code == 404:
+                return None
+            raise
+
+    def decisions(self, problem_id: int, limit: int = 50, offset: int = 0) -> dict[str, Any]:
+        """The history of a problem's decisions, newest first."""
+        return self._request("GET", f"/v1/problems/{int(problem_id)}/decisions",
+                             params={"limit": limit, "offset": offset})
+
+    def reopen(self, problem_id: int, **body: Any) -> dict[str, Any]:
+        """Decide again: a new job for the problem (``budget=``, ``policy=``, ``gpu=`` ...)."""
+        return self._request("POST", f"/v1/problems/{int(problem_id)}/reopen",
+                             json={k: v for k, v in body.items() if v is not None})
 
     # -- results --------------------------------------------------------------------------------
     def best(self, **query: Any) -> dict[str, Any] | None:

@@ -10,27 +10,26 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from db import candidates as cands
-from db import jobs, measurements, workers
+from db import decisions, jobs, measurements, workers
 from db.engine import Database
 from db.records import (
     CandidateRecord,
     CandidateStatus,
+    DecisionRecord,
     JobCounts,
     JobRecord,
     JobStatus,
     MeasurementRecord,
     WorkerRecord,
 )
-from search.constraints import DeviceLimits, limits_for
+from search.agent import Policy
 from search.types import (
     SERVED_DTYPES,
     Backend,
@@ -39,11 +38,12 @@ from search.types import (
     GemmProblem,
     Measurement,
     Status,
-    config_key,
+    Task,
 )
+from service.agent_loop import AgentLoop, record_calibration
 from service.errors import Conflict, Gone, InvalidInput, NotFound
 from service.settings import ServiceSettings
-from service.tuning import Tuner, TunerPool
+from service.tuning import TunerPool
 
 log = logging.getLogger("kernelsearch.flow")
 
@@ -65,6 +65,7 @@ class JobState:
     library_best: MeasurementRecord | None
     custom_best: MeasurementRecord | None
     now: datetime
+    decision: DecisionRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class Flow:
         self.settings = settings
         self.tuners = tuners
         self.clock = clock
+        self.agent = AgentLoop(database, settings, tuners, clock)
 
     def close(self) -> None:
         """Release the database connections and the tuners of this process."""
@@ -100,7 +102,7 @@ class Flow:
     # -- jobs -----------------------------------------------------------------------------------
     def submit_job(self, problem: GemmProblem, *, max_trials: int | None,
                    max_seconds: float | None, backends: Sequence[str], gpu: str | None,
-                   seed: int | None) -> JobState:
+                   seed: int | None, policy: Policy | None = None) -> JobState:
         if problem.dtype not in SERVED_DTYPES:
             raise InvalidInput(["body", "problem", "dtype"], (
                 f"dtype {problem.dtype} is not served yet by any backend; served: "
@@ -115,14 +117,15 @@ class Flow:
                                                 problem.to_dict(), now)
             job = jobs.create_job(s, record, max_trials=max_trials, max_seconds=max_seconds,
                                   backends=list(dict.fromkeys(backends)), target_gpu=gpu,
-                                  seed=seed or 0, now=now)
+                                  seed=seed or 0, now=now,
+                                  policy=(policy or Policy()).to_dict())
         return self.job_state(job.id)
 
     def job_state(self, job_id: int) -> JobState:
         now = self.clock()
         job = self._job(job_id)
         if job.status == JobStatus.RUNNING and self._time_up(job, now):
-            self._settle(job.id, now)
+            self.agent.advance(job.id)
         with self.db.read_session() as s:
             return self._state(s, job_id, now)
 
@@ -144,7 +147,7 @@ class Flow:
                        if c.status in (CandidateStatus.PENDING, CandidateStatus.LEASED)]
             cands.cancel_outstanding(s, job_id, "job cancelled")
             jobs.finish_job(s, job_id, JobStatus.CANCELLED, now)
-        self._abandon(job, dropped)
+        self.agent.abandon(job, dropped)
         return self.job_state(job_id)
 
     # -- workers --------------------------------------------------------------------------------
@@ -173,11 +176,9 @@ class Flow:
                 job = self._bind(job, device, now)
                 if job is None:
                     continue
-            if self._time_up(job, now):
-                self._settle(job.id, now)
-                continue
-            self._top_up(job, device, now)
+            self.agent.advance(job.id)
             usable = [b for b in job.bound_backends or () if b in device.backends]
+            usable += [t.value for t in Task]
             with self.db.session() as s:
                 got = cands.lease_pending(s, job.id, usable, max_candidates - len(granted),
                                           lease_id, worker_id, expires)
@@ -226,6 +227,8 @@ class Flow:
                     continue
                 measurements.add_measurement(s, cand, worker.gpu_model, measurement,
                                              worker_id, now)
+                if cand.backend == Task.CALIBRATE.value and measurement.ok:
+                    record_calibration(s, cand, measurement, worker.gpu_model, worker_id, now)
                 if cand.status == CandidateStatus.LEASED:
                     failure = None if measurement.ok else _failure(measurement)
                     cands.finish_candidate(s, cand.id, CandidateStatus.DONE if measurement.ok
@@ -236,10 +239,10 @@ class Flow:
             touched.add(cand.job_id)
             if cand.trial_number is not None and job is not None:
                 trial = cand.trial_number
-                self._with_tuner(job, worker.gpu_model,
-                                 lambda t, trial=trial, m=measurement: t.record(trial, m))
+                self.agent.with_tuner(job, cand.tier,
+                                      lambda t, trial=trial, m=measurement: t.record(trial, m))
         for job_id in sorted(touched):
-            self._settle(job_id, self.clock())
+            self.agent.advance(job_id)
         return ReportOutcome(accepted, rejected)
 
     def expire_stale(self) -> None:
@@ -254,14 +257,14 @@ class Flow:
                 continue
             if e.new_status == CandidateStatus.FAILED:
                 crashed = Measurement(status=Status.CRASHED, error=e.candidate.failure_reason)
-                self._with_tuner(job, job.bound_gpu,
-                                 lambda t, n=trial, m=crashed: t.record(n, m))
+                self.agent.with_tuner(job, e.candidate.tier,
+                                      lambda t, n=trial, m=crashed: t.record(n, m))
             elif e.new_status == CandidateStatus.CANCELLED:
-                self._abandon(job, [e.candidate])
+                self.agent.abandon(job, [e.candidate])
         for job_id in sorted(job_of):
             if any(e.new_status != CandidateStatus.PENDING for e in expired
                    if e.candidate.job_id == job_id):
-                self._settle(job_id, now)
+                self.agent.advance(job_id)
 
     # -- internals ------------------------------------------------------------------------------
     def _job(self, job_id: int) -> JobRecord:
@@ -285,7 +288,8 @@ class Flow:
             raise NotFound(f"job {job_id} not found")
         return JobState(job, cands.job_counts(s, job_id), measurements.job_best(s, job_id),
                         measurements.job_best(s, job_id, CUBLAS),
-                        measurements.job_best(s, job_id, TRITON), now)
+                        measurements.job_best(s, job_id, TRITON), now,
+                        decisions.of_job(s, job_id))
 
     def _fits(self, job: JobRecord, device: Device) -> bool:
         allowed = job.bound_backends if job.bound_backends is not None else job.backends
@@ -300,117 +304,14 @@ class Flow:
         return (now - job.started_at).total_seconds() >= job.max_seconds
 
     def _bind(self, job: JobRecord, device: Device, now: datetime) -> JobRecord | None:
-        """Bind an unbound job to the device's GPU model and enqueue the library baseline."""
+        """Bind an unbound job to the device's GPU model (the agent then plans its work)."""
         backends = [b for b in job.backends if b in device.backends]
         with self.db.session() as s:
-            if jobs.bind_job(s, job.id, device.gpu_model, backends, now) and CUBLAS in backends:
-                cands.add_candidates(s, job.id, job.problem_id, CUBLAS, [({}, None)], now)
+            jobs.bind_job(s, job.id, device.gpu_model, backends, now)
             bound = jobs.get_job(s, job.id)
         if bound is None or not bound.active or bound.bound_gpu != device.gpu_model:
             return None
         return bound
-
-    def _top_up(self, job: JobRecord, device: Device, now: datetime) -> None:
-        """Ask the tuner for Triton candidates until the job's window or budget is full."""
-        if TRITON not in (job.bound_backends or ()) or job.search_exhausted:
-            return
-        problem = GemmProblem.from_dict(job.problem)
-        limits = limits_for(device.mode, device.smem_per_block)
-        gpu = device.gpu_model
-
-        def known(config: dict[str, Any]) -> Measurement | None:
-            with self.db.read_session() as s:
-                found = measurements.find_known(s, job.problem_id, gpu, TRITON,
-                                                config_key(config))
-            return found.to_measurement() if found is not None else None
-
-        if self._room(job) <= 0:  # cheap check first: no tuner is built for a full window
-            return
-        with self.tuners.use(problem, gpu, limits, job.seed) as tuner:
-            n = self._room(job)  # again under the tuner's lock: another request may have filled it
-            if n <= 0:
-                return
-            proposals = tuner.propose(n, known)
-            with self.db.session() as s:
-                current = jobs.get_job(s, job.id, lock=True)
-                still_active = current is not None and current.active
-                if still_active:
-                    cands.add_candidates(s, job.id, job.problem_id, TRITON,
-                                         [(dict(p.config), p.trial_number) for p in proposals],
-                                         now)
-                    if tuner.exhausted:
-                        jobs.mark_exhausted(s, job.id)
-            if not still_active:
-                for p in proposals:
-                    self._safely(lambda t=tuner, n=p.trial_number: t.abandon(n))
-        if tuner.exhausted:
-            self._settle(job.id, now)
-
-    def _room(self, job: JobRecord) -> int:
-        """How many Triton candidates the job's window and trial budget still allow."""
-        with self.db.read_session() as s:
-            counts = cands.job_counts(s, job.id)
-        n = self.settings.window - counts.outstanding
-        if job.max_trials is not None:
-            n = min(n, job.max_trials - counts.triton_created)
-        return n
-
-    def _settle(self, job_id: int, now: datetime) -> None:
-        """Stop a job whose time is up; finish it once its search is over and nothing is out."""
-        with self.db.session() as s:
-            job = jobs.get_job(s, job_id, lock=True)
-            if job is None or job.status != JobStatus.RUNNING:
-                return
-            time_up = self._time_up(job, now)
-            dropped: list[CandidateRecord] = []
-            if time_up:
-                dropped = [c for c in cands.job_candidates(s, job_id)
-                           if c.status == CandidateStatus.PENDING]
-                cands.cancel_outstanding(s, job_id, "time budget exhausted",
-                                         (CandidateStatus.PENDING.value,))
-            counts = cands.job_counts(s, job_id)
-            triton = TRITON in (job.bound_backends or ())
-            search_over = (not triton or job.search_exhausted or time_up
-                           or (job.max_trials is not None
-                               and counts.triton_terminal >= job.max_trials))
-            if search_over and counts.outstanding == 0:
-                if counts.ok > 0:
-                    jobs.finish_job(s, job_id, JobStatus.DONE, now)
-                else:
-                    reasons = Counter((c.failure_reason or c.status)[:120]
-                                      for c in cands.job_candidates(s, job_id)
-                                      if c.status == CandidateStatus.FAILED)
-                    summary = "; ".join(f"{r} (x{n})" for r, n in reasons.most_common(3))
-                    jobs.finish_job(s, job_id, JobStatus.FAILED, now,
-                                    f"no candidate ran ok: {summary or 'none was measured'}")
-        self._abandon(job, dropped)
-
-    def _abandon(self, job: JobRecord, dropped: Iterable[CandidateRecord]) -> None:
-        trials = [c.trial_number for c in dropped if c.trial_number is not None]
-        if trials and job.bound_gpu is not None:
-            def close(t: Tuner) -> None:
-                for n in trials:
-                    t.abandon(n)
-            self._with_tuner(job, job.bound_gpu, close)
-
-    def _with_tuner(self, job: JobRecord, gpu_model: str, fn: Callable[[Tuner], None]) -> None:
-        """Run ``fn`` on the job's tuner; a failure is logged, never lost data (the measurement
-        is already committed, and the study only misses one result)."""
-        problem = GemmProblem.from_dict(job.problem)
-        with self.db.read_session() as s:
-            worker = workers.latest_of_model(s, gpu_model)
-        limits = (limits_for(worker.device.get("mode", ""),
-                             int(worker.device.get("smem_per_block", 0)))
-                  if worker is not None else DeviceLimits())
-        with self.tuners.use(problem, gpu_model, limits, job.seed) as tuner:
-            self._safely(lambda: fn(tuner))
-
-    @staticmethod
-    def _safely(fn: Callable[[], None]) -> None:
-        try:
-            fn()
-        except Exception:  # the tuner is advisory; the database already holds the truth
-            log.exception("telling the tuner failed")
 
 
 def _rejection(cand: CandidateRecord | None, worker_id: int, lease_id: str) -> str | None:

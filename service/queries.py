@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from db import jobs, measurements
+from db import decisions, jobs, measurements
 from db.engine import Database
-from db.records import MeasurementRecord, ProblemRecord
+from db.records import DecisionRecord, MeasurementRecord, ProblemRecord
 from search.types import Backend, GemmProblem
 from service.errors import NotFound
 
@@ -17,11 +17,13 @@ class BestAnswer:
     gpu_model: str
     best: MeasurementRecord
     library: MeasurementRecord | None
+    decision: DecisionRecord | None = None
 
 
 def find_best(db: Database, problem: GemmProblem, gpu: str | None) -> BestAnswer:
-    """The fastest ok measurement of ``problem`` on ``gpu`` (default: the GPU model with the
-    latest ok measurement, real GPUs before the interpreter), with the library's best."""
+    """The configuration to use for ``problem`` on ``gpu`` (default: the GPU model with the
+    latest ok measurement, real GPUs before the interpreter): the decision loop's choice where
+    a decision is in force (ties went to the library), else the fastest ok measurement."""
     with db.read_session() as s:
         record = jobs.find_problem(s, problem.key())
         gpu_model = gpu
@@ -34,4 +36,12 @@ def find_best(db: Database, problem: GemmProblem, gpu: str | None) -> BestAnswer
             raise NotFound(f"no measurements for gemm {problem.describe()} "
                            f"({problem.key()}) on {where}: submit a job with POST /v1/jobs")
         library = measurements.problem_best(s, record.id, gpu_model, Backend.CUBLAS.value)
-        return BestAnswer(record, gpu_model, best, library)
+        decision = decisions.current(s, record.id, gpu_model)
+        if decision is not None:
+            pick = (decision.evidence.get(decision.chosen) or {}).get("candidate_id")
+            chosen = measurements.of_candidates(s, [int(pick)]).get(int(pick)) if pick else None
+            if chosen is not None and chosen.median_us is not None:
+                best = chosen
+            if decision.chosen == "library" and chosen is not None:
+                library = chosen
+        return BestAnswer(record, gpu_model, best, library, decision)

@@ -96,9 +96,32 @@ class BudgetIn(_In):
         return self
 
 
+class PolicyIn(_In):
+    """How the decision loop spends GPU time (``search.agent.Policy``); all optional."""
+
+    threshold: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False,
+                                      description="library efficiency (attainable / measured) "
+                                                  "at or above which the library is "
+                                                  "sufficient")] = 0.9
+    force_custom: bool = Field(False, description="search custom kernels even when the "
+                                                  "library is sufficient")
+    full_search: bool = Field(False, description="spend the whole budget: no early stops "
+                                                 "(the agent's baseline)")
+    allow_tf32: bool = Field(False, description="fp32 inputs may be multiplied in tf32")
+    patience: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 10
+    min_gain: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.01
+    probe: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 6
+    promise_gap: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 0.10
+    verify_rounds: Annotated[int, Field(strict=True, ge=5, le=100)] = 5
+    verify_margin: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False,
+                                          description="re-measure a custom best only when "
+                                                      "within this of the library")] = 0.03
+
+
 class JobIn(_In):
     problem: ProblemIn
     budget: BudgetIn | None = None
+    policy: PolicyIn | None = None
     backends: list[Backend] = Field(default_factory=lambda: list(BACKENDS), min_length=1,
                                     max_length=8)
     gpu: Name | None = None
@@ -152,12 +175,86 @@ class JobOut(BaseModel):
     custom_best: MeasurementOut | None
     speedup: float | None = Field(description="library_best median / best median")
     error: str | None
+    policy: dict[str, Any] = {}
+    stage: str | None = Field(None, description="where the decision loop stands: library, "
+                                                "custom, verify, decided")
+    decision: DecisionOut | None = None
+
+
+class DecisionOut(BaseModel):
+    """A verdict of the decision loop with its evidence (``search.agent.Decision``)."""
+
+    id: int
+    problem_id: int
+    job_id: int | None
+    gpu: str
+    verdict: str = Field(description="library_sufficient | custom_wins | "
+                                     "library_wins_after_search")
+    chosen: str = Field(description="library or custom")
+    backend: str | None
+    config: dict[str, Any] | None
+    median_us: float | None
+    speedup: float | None = Field(description="library time / chosen time")
+    bound: str | None
+    attainable_us: float | None
+    efficiency_library: float | None
+    efficiency_custom: float | None
+    verified: bool = Field(description="decided on an interleaved re-measurement")
+    rationale: str
+    library: dict[str, Any] | None
+    custom: dict[str, Any] | None
+    spend: dict[str, Any] = Field(description="trials and GPU-seconds per stage")
+    tiers: list[dict[str, Any]]
+    policy: dict[str, Any]
+    env: dict[str, Any]
+    created_at: datetime
+    superseded_at: datetime | None
+    current: bool
 
 
 class Page(BaseModel):
     total: int
     limit: int
     offset: int
+
+
+class DecisionList(Page):
+    items: list[DecisionOut]
+
+
+class ReopenIn(_In):
+    """Re-open a problem's decision: a new job (new budget, policy, or after new versions)."""
+
+    budget: BudgetIn | None = None
+    policy: PolicyIn | None = None
+    backends: list[Backend] = Field(default_factory=lambda: list(BACKENDS), min_length=1,
+                                    max_length=8)
+    gpu: Name | None = None
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
+
+
+class CalibrationOut(BaseModel):
+    id: int
+    gpu: str
+    bandwidth_gbs: float
+    peak_tflops: dict[str, float]
+    env: dict[str, Any]
+    stale: bool
+    job_id: int | None
+    created_at: datetime
+
+
+class CalibrationList(BaseModel):
+    items: list[CalibrationOut]
+
+
+class RefreshIn(_In):
+    gpu: Name
+
+
+class RefreshOut(BaseModel):
+    gpu: str
+    marked_stale: int
 
 
 class JobList(Page):
@@ -173,6 +270,7 @@ class BestOut(LibraryOut):
     candidate_id: int | None
     library: LibraryOut | None
     speedup: float | None
+    decision: DecisionOut | None = None
 
 
 class ProblemOut(BaseModel):
@@ -275,6 +373,8 @@ class MeasurementIn(BaseModel):
     bench_s: Measure = None
     error: Annotated[str | None, AfterValidator(_truncate)] = None
     env: Annotated[dict[str, Any], AfterValidator(_clean_json)] = Field(default_factory=dict)
+    #: what a calibration (peaks) or a verification (per-round medians) measured
+    extra: Annotated[dict[str, Any], AfterValidator(_clean_json)] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _ok_has_time(self) -> MeasurementIn:
@@ -301,3 +401,6 @@ class RejectedOut(BaseModel):
 class ReportOut(BaseModel):
     accepted: list[int]
     rejected: list[RejectedOut]
+
+
+JobOut.model_rebuild()

@@ -36,16 +36,16 @@ class Tuner(Protocol):
         """Forget a proposal that will never be measured (cancelled, out of time)."""
 
 
-#: ``(storage_url, problem, gpu_model, limits, seed) -> Tuner``
-TunerFactory = Callable[[str, GemmProblem, str, DeviceLimits, int], Tuner]
+#: ``(storage_url, problem, gpu_model, limits, seed, tier) -> Tuner``
+TunerFactory = Callable[[str, GemmProblem, str, DeviceLimits, int, str | None], Tuner]
 
 
 def optuna_tuner(storage_url: str, problem: GemmProblem, gpu_model: str, limits: DeviceLimits,
-                 seed: int) -> Tuner:
-    """The real tuner: an Optuna study in the service's own database."""
+                 seed: int, tier: str | None = None) -> Tuner:
+    """The real tuner: an Optuna study (per search tier) in the service's own database."""
     from search.optimizer import GemmTuner
 
-    return GemmTuner(storage_url, problem, gpu_model, limits, seed=seed)
+    return GemmTuner(storage_url, problem, gpu_model, limits, seed=seed, tier=tier)
 
 
 class TunerPool:
@@ -54,21 +54,22 @@ class TunerPool:
     def __init__(self, storage_url: str, factory: TunerFactory = optuna_tuner) -> None:
         self.storage_url = storage_url
         self._factory = factory
-        self._tuners: dict[tuple[str, str], Tuner] = {}
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._tuners: dict[tuple[str, str, str], Tuner] = {}
+        self._locks: dict[tuple[str, str, str], threading.Lock] = {}
         self._guard = threading.Lock()
 
     @contextmanager
     def use(self, problem: GemmProblem, gpu_model: str, limits: DeviceLimits,
-            seed: int) -> Iterator[Tuner]:
-        """The tuner of ``problem`` on ``gpu_model``, held exclusively inside the block."""
-        key = (problem.key(), gpu_model)
+            seed: int, tier: str | None = None) -> Iterator[Tuner]:
+        """The tuner of ``problem`` on ``gpu_model`` (in ``tier``), held exclusively inside
+        the block."""
+        key = (problem.key(), gpu_model, tier or "")
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
             tuner = self._tuners.get(key)
             if tuner is None:
-                tuner = self._factory(self.storage_url, problem, gpu_model, limits, seed)
+                tuner = self._factory(self.storage_url, problem, gpu_model, limits, seed, tier)
                 self._tuners[key] = tuner
             yield tuner
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from db.records import MeasurementRecord, ProblemRecord
+from db.records import CalibrationRecord, DecisionRecord, MeasurementRecord, ProblemRecord
 from search.types import GemmProblem
 from service.flow import JobState
 from service.queries import BestAnswer
 from service.schemas import (
     BestOut,
     BudgetOut,
+    CalibrationOut,
+    DecisionOut,
     JobOut,
     LibraryOut,
     MeasurementOut,
@@ -46,7 +48,29 @@ def job_out(state: JobState) -> JobOut:
         progress=ProgressOut(trials_done=counts.triton_terminal, trials_budget=job.max_trials,
                              elapsed_s=elapsed, outstanding=counts.outstanding),
         best=best, library_best=library, custom_best=measurement_out(state.custom_best, problem),
-        speedup=speedup, error=job.error)
+        speedup=speedup, error=job.error, policy=job.policy, stage=job.stage,
+        decision=decision_out(state.decision) if state.decision else None)
+
+
+def decision_out(d: DecisionRecord) -> DecisionOut:
+    ev = d.evidence
+    lib, cus = ev.get("library"), ev.get("custom")
+    return DecisionOut(
+        id=d.id, problem_id=d.problem_id, job_id=d.job_id, gpu=d.gpu_model, verdict=d.verdict,
+        chosen=d.chosen, backend=d.backend, config=d.config, median_us=d.median_us,
+        speedup=d.speedup, bound=d.bound, attainable_us=d.attainable_us,
+        efficiency_library=lib.get("efficiency") if lib else None,
+        efficiency_custom=cus.get("efficiency") if cus else None, verified=d.verified,
+        rationale=d.rationale, library=lib, custom=cus, spend=ev.get("spend") or {},
+        tiers=list(ev.get("tiers") or []), policy=ev.get("policy") or {}, env=d.env,
+        created_at=d.created_at, superseded_at=d.superseded_at,
+        current=d.superseded_at is None)
+
+
+def calibration_out(c: CalibrationRecord) -> CalibrationOut:
+    return CalibrationOut(id=c.id, gpu=c.gpu_model, bandwidth_gbs=c.bandwidth_gbs,
+                          peak_tflops=c.peak_tflops, env=c.env, stale=c.stale, job_id=c.job_id,
+                          created_at=c.created_at)
 
 
 def best_out(answer: BestAnswer) -> BestOut:
@@ -62,7 +86,9 @@ def best_out(answer: BestAnswer) -> BestOut:
                    p80_us=b.p80_us, tflops=problem.tflops(b.median_us), gpu=answer.gpu_model,
                    measured_at=b.created_at, problem_key=answer.problem.key,
                    problem_id=answer.problem.id, candidate_id=b.candidate_id, library=library,
-                   speedup=library.median_us / b.median_us if library else None)
+                   speedup=(answer.decision.speedup if answer.decision is not None
+                            else library.median_us / b.median_us if library else None),
+                   decision=decision_out(answer.decision) if answer.decision else None)
 
 
 def problem_out(p: ProblemRecord, n_measurements: int) -> ProblemOut:

@@ -140,6 +140,7 @@ class FakeTuner:
         self.trials = 0
         self._next = 0
         self.recorded: dict[int, Measurement] = {}
+        self.reused: dict[int, Measurement] = {}
         self.abandoned: list[int] = []
 
     def propose(self, n: int, known: Callable[[dict[str, Any]], Measurement | None]
@@ -151,7 +152,7 @@ class FakeTuner:
             self.trials += 1
             previous = known(config)
             if previous is not None:
-                self.recorded[number] = previous
+                self.reused[number] = previous
                 continue
             out.append(FakeProposal(number, config))
         self.exhausted = len(out) < n
@@ -172,15 +173,27 @@ FAKE_CONFIGS = [{"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "SPL
 
 @dataclass
 class FakeTuners:
-    """The fake tuner factory and every tuner it built, keyed by (problem key, GPU model)."""
+    """The fake tuner factory and every tuner it built: one per search tier, each handing out
+    the FAKE configurations (tagged with the tier beyond the first, as real tiers differ in
+    their keys); ``built`` keeps the first one per (problem key, GPU model)."""
 
     configs: list[dict[str, Any]] = field(default_factory=lambda: list(FAKE_CONFIGS))
     built: dict[tuple[str, str], FakeTuner] = field(default_factory=dict)
+    tiers: dict[tuple[str, str, str | None], FakeTuner] = field(default_factory=dict)
+
+    def recorded(self) -> list[Measurement]:
+        """Every measurement told to any tier's tuner."""
+        return [m for t in self.tiers.values() for m in t.recorded.values()]
 
     def __call__(self, url: str, problem: GemmProblem, gpu_model: str, limits: DeviceLimits,
-                 seed: int) -> FakeTuner:
-        tuner = self.built.setdefault((problem.key(), gpu_model), FakeTuner(self.configs))
-        return tuner
+                 seed: int, tier: str | None = None) -> FakeTuner:
+        key = (problem.key(), gpu_model, tier)
+        if key not in self.tiers:
+            configs = (self.configs if tier in (None, "tiles")
+                       else [{**c, "fake_tier": tier} for c in self.configs])
+            self.tiers[key] = FakeTuner(configs)
+            self.built.setdefault((problem.key(), gpu_model), self.tiers[key])
+        return self.tiers[key]
 
 
 # -- the API ------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass, fields
 from typing import Any
 
-from search.types import Candidate, Measurement, Status
+from search.types import Candidate, Measurement, Status, Task
 
 __all__ = ["STICKY", "ExecuteOptions", "classify", "execute"]
 
@@ -130,6 +130,8 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
     cuda = env["mode"] == "cuda"
     seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(2**31)
     env = {**env, "seed": seed}
+    if cand.backend in (Task.CALIBRATE.value, Task.VERIFY.value):
+        return _task(cand, opts, env, cuda, seed)
 
     if cand.backend == "triton" and opts.check_constraints:
         from search.constraints import limits_for, violations
@@ -176,6 +178,20 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
                        compile_s=compile_s, bench_s=timing.bench_s,
                        env={**env, "timing": timing.method, "input_sets": len(sets),
                             "host_us_per_call": timing.host_us}).to_dict()
+
+
+def _task(cand: Candidate, opts: ExecuteOptions, env: dict[str, Any], cuda: bool,
+          seed: int) -> dict[str, Any]:
+    """A calibration or verification task (``workers.tasks``); failures are data too."""
+    from workers import tasks
+
+    try:
+        if cand.backend == Task.CALIBRATE.value:
+            return tasks.calibrate(env, _bench(opts, cuda), cuda).to_dict()
+        return tasks.verify(cand, env, _bench(opts, cuda), cuda, _n_sets(opts, cand, cuda),
+                            seed).to_dict()
+    except Exception as exc:  # noqa: BLE001
+        return _failure(classify(exc), exc, env)
 
 
 def _smem(cuda: bool) -> int:

@@ -5,6 +5,12 @@ A configuration is a plain dict with the template's meta-parameters::
     {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1,
      "num_warps": 8, "num_stages": 3}
 
+The decision loop (``search.agent``) searches the space in *tiers*, cheapest ideas first:
+``tiles`` (tiles, stages, warps; no split), ``split_k`` (the same with K split), ``hopper`` (the
+persistent TMA kernel, warp specialisation, 2-CTA clusters; sm_90 only) and ``precision``
+(tf32 for fp32 inputs, where the job's policy allows it). Each tier adds its own keys; a config
+without them is the plain kernel.
+
 Each dimension is a small typed fragment (power-of-two or enum); the static constraints in
 ``search.constraints`` reject what cannot compile or cannot help before anything reaches a GPU.
 """
@@ -14,9 +20,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from search.agent import TierPlan
 from search.types import GemmProblem
 
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages")
+TIERS = ("tiles", "split_k", "hopper", "precision")
+#: Budget weights of the tiers (normalised over those that apply).
+TIER_WEIGHTS = {"tiles": 4.0, "split_k": 3.0, "hopper": 2.0, "precision": 3.0}
+_TIER_PARAMS = {
+    "tiles": PARAMS, "split_k": PARAMS,
+    "hopper": (*PARAMS, "PERSISTENT", "WARP_SPECIALIZE", "num_ctas"),
+    "precision": (*PARAMS, "INPUT_PRECISION"),
+}
 
 
 @dataclass(frozen=True)
@@ -34,10 +49,31 @@ def _up_to(values: tuple[int, ...], size: int) -> tuple[int, ...]:
     return tuple(v for v in values if v <= bound) or values[:1]
 
 
-def space(problem: GemmProblem) -> tuple[Choice, ...]:
-    """The dimensions for ``problem``: tiles no larger than the problem, split-K only where K is
-    long enough to split."""
-    split_k = tuple(s for s in (1, 2, 4, 8, 16, 32, 64, 128) if s == 1 or problem.k // s >= 256)
+def params(tier: str | None = None) -> tuple[str, ...]:
+    """The keys of a configuration of ``tier`` (``None``: the untiered space)."""
+    return PARAMS if tier is None else _TIER_PARAMS[tier]
+
+
+def _splits(problem: GemmProblem) -> tuple[int, ...]:
+    return tuple(s for s in (1, 2, 4, 8, 16, 32, 64, 128) if s == 1 or problem.k // s >= 256)
+
+
+def space(problem: GemmProblem, tier: str | None = None) -> tuple[Choice, ...]:
+    """The dimensions for ``problem`` (in ``tier``; ``None``: every split, no tier keys): tiles
+    no larger than the problem, split-K only where K is long enough to split."""
+    split_k = _splits(problem)
+    if tier in ("tiles", "hopper"):
+        split_k = (1,)
+    elif tier == "split_k":
+        split_k = tuple(s for s in split_k if s > 1) or (1,)
+    extra: tuple[Choice, ...] = ()
+    if tier == "hopper":
+        extra = (Choice("PERSISTENT", (1,)), Choice("WARP_SPECIALIZE", (0, 1)),
+                 Choice("num_ctas", (1, 2)))
+    elif tier == "precision":
+        extra = (Choice("INPUT_PRECISION", ("tf32", "tf32x3")),)  # type: ignore[arg-type]
+    elif tier is not None and tier not in _TIER_PARAMS:
+        raise ValueError(f"unknown tier {tier!r}; one of {TIERS}")
     return (
         Choice("BLOCK_M", _up_to((16, 32, 64, 128, 256), problem.m)),
         Choice("BLOCK_N", _up_to((32, 64, 128, 256), problem.n)),
@@ -46,12 +82,41 @@ def space(problem: GemmProblem) -> tuple[Choice, ...]:
         Choice("SPLIT_K", split_k),
         Choice("num_warps", (2, 4, 8)),
         Choice("num_stages", (2, 3, 4, 5, 6)),
+        *extra,
     )
 
 
-def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
+def tier_plans(problem: GemmProblem, *, mode: str, cc: str, sm_count: int,
+               allow_tf32: bool) -> tuple[TierPlan, ...]:
+    """The tiers in search order, each saying whether it applies to ``problem`` on this device
+    and why; the decision explains skipped tiers with these reasons."""
+    sms = sm_count or 132
+    tiles_128 = -(-problem.m // 128) * -(-problem.n // 128) * problem.batch
+    has_split = len(_splits(problem)) > 1
+    if not has_split:
+        split = (False, f"k={problem.k} is too short to split (each split needs 256 or more)")
+    elif tiles_128 >= sms:
+        split = (False, f"{tiles_128} output tiles of 128x128 already fill the {sms} SMs")
+    else:
+        split = (True, f"{tiles_128} output tiles of 128x128 leave SMs of {sms} idle")
+    hopper = (mode == "cuda" and cc.split(".")[0] == "9",
+              "sm_90 (TMA, warp specialisation, clusters)" if mode == "cuda" and
+              cc.split(".")[0] == "9" else f"needs sm_90; this device is {mode} cc {cc or '?'}")
+    if problem.dtype != "fp32":
+        precision = (False, f"inputs are {problem.dtype}; lower precision applies to fp32")
+    elif not allow_tf32:
+        precision = (False, "the job's policy does not allow tf32")
+    else:
+        precision = (True, "fp32 inputs, tf32 allowed by the policy")
+    reasons = {"tiles": (True, "always"), "split_k": split, "hopper": hopper,
+               "precision": precision}
+    return tuple(TierPlan(t, TIER_WEIGHTS[t], *reasons[t]) for t in TIERS)
+
+
+def seeds(problem: GemmProblem, tier: str | None = None) -> list[dict[str, Any]]:
     """Known-good starting points (from the Triton matmul tutorial's configs and from the
-    measurements under ``tests/data``): big tiles for big problems, split-K for skinny ones."""
+    measurements under ``tests/data``): big tiles for big problems, split-K for skinny ones;
+    in a tier, the ones of that tier (with its keys added)."""
     big = [
         dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8,
              num_stages=3),
@@ -82,9 +147,22 @@ def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
              num_stages=4),
         dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=4,
              num_stages=3),
+        # unsplit skinny tiles: the tile tier's starting points for small m
+        dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1, num_warps=4,
+             num_stages=5),
+        dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, num_warps=4,
+             num_stages=4),
+        dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, num_warps=4,
+             num_stages=4),
     ]
     tiles_mn = (problem.m // 128 + 1) * (problem.n // 128 + 1)
     skinny_first = problem.m <= 128 or tiles_mn < 64
     ordered = skinny + big if skinny_first else big + skinny
-    legal = {c.name: set(c.values) for c in space(problem)}
-    return [s for s in ordered if all(s[p] in legal[p] for p in PARAMS)]
+    if tier == "hopper":
+        unsplit = [s for s in ordered if s["SPLIT_K"] == 1][:3]
+        ordered = [{**s, "PERSISTENT": 1, "WARP_SPECIALIZE": ws, "num_ctas": 1}
+                   for s in unsplit for ws in (1, 0)]
+    elif tier == "precision":
+        ordered = [{**s, "INPUT_PRECISION": "tf32"} for s in ordered]
+    legal = {c.name: set(c.values) for c in space(problem, tier)}
+    return [s for s in ordered if all(s[p] in legal[p] for p in params(tier))]

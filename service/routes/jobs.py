@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
+from search.agent import Policy
 from search.types import ProblemError
 from service.deps import FlowDep, PagingDep, SettingsDep
 from service.errors import InvalidInput
-from service.schemas import MAX_ID, JobIn, JobList, JobOut
+from service.schemas import MAX_ID, JobIn, JobList, JobOut, PolicyIn
 from service.views import job_out
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -26,8 +27,13 @@ def submit_job(body: JobIn, flow: FlowDep, settings: SettingsDep) -> JobOut:
     max_trials = budget.max_trials if budget else settings.default_max_trials
     state = flow.submit_job(problem, max_trials=max_trials,
                             max_seconds=budget.max_seconds if budget else None,
-                            backends=body.backends, gpu=body.gpu, seed=body.seed)
+                            backends=body.backends, gpu=body.gpu, seed=body.seed,
+                            policy=to_policy(body.policy))
     return job_out(state)
+
+
+def to_policy(body: PolicyIn | None) -> Policy:
+    return Policy.from_dict(body.model_dump() if body is not None else None)
 
 
 @router.get("", response_model=JobList)

@@ -6,14 +6,25 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from db import jobs, measurements
+from db import decisions, jobs, measurements
 from search.types import GemmProblem
-from service.deps import PagingDep, SessionDep
+from service.deps import FlowDep, PagingDep, SessionDep, SettingsDep
 from service.errors import NotFound
-from service.schemas import MAX_ID, ProblemList, TrialList
-from service.views import problem_out, trial_out
+from service.routes.jobs import to_policy
+from service.schemas import (
+    MAX_ID,
+    DecisionList,
+    DecisionOut,
+    JobOut,
+    ProblemList,
+    ReopenIn,
+    TrialList,
+)
+from service.views import decision_out, job_out, problem_out, trial_out
 
 router = APIRouter(prefix="/v1/problems", tags=["problems"])
+ProblemId = Annotated[int, Path(ge=1, le=MAX_ID)]
+GpuQ = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
 
 
 @router.get("", response_model=ProblemList)
@@ -24,11 +35,8 @@ def list_problems(session: SessionDep, page: PagingDep) -> ProblemList:
 
 
 @router.get("/{problem_id}/trials", response_model=TrialList)
-def list_trials(problem_id: Annotated[int, Path(ge=1, le=MAX_ID)], session: SessionDep,
-                page: PagingDep,
-                gpu: Annotated[str | None, Query(min_length=1, max_length=200,
-                                                 pattern=r"^[^\x00-\x1f]+$")] = None
-                ) -> TrialList:
+def list_trials(problem_id: ProblemId, session: SessionDep, page: PagingDep,
+                gpu: GpuQ = None) -> TrialList:
     problem = jobs.get_problem(session, problem_id)
     if problem is None:
         raise NotFound(f"problem {problem_id} not found")
@@ -36,3 +44,49 @@ def list_trials(problem_id: Annotated[int, Path(ge=1, le=MAX_ID)], session: Sess
     gemm = GemmProblem.from_dict(problem.spec)
     return TrialList(items=[trial_out(m, t, gemm) for m, t in rows], total=total,
                      limit=page.limit, offset=page.offset)
+
+
+@router.get("/{problem_id}/decision", response_model=DecisionOut,
+            responses={404: {"description": "no decision for this problem (on that GPU)"}})
+def current_decision(problem_id: ProblemId, session: SessionDep, gpu: GpuQ = None
+                     ) -> DecisionOut:
+    """The decision in force: verdict, both timings with spreads, efficiencies, bound,
+    speed-up, trials and GPU-seconds per stage, and the rationale."""
+    if jobs.get_problem(session, problem_id) is None:
+        raise NotFound(f"problem {problem_id} not found")
+    d = decisions.current(session, problem_id, gpu)
+    if d is None:
+        where = f" on {gpu}" if gpu else ""
+        raise NotFound(f"problem {problem_id} has no decision{where} yet: a job decides when "
+                       "its search is over")
+    return decision_out(d)
+
+
+@router.get("/{problem_id}/decisions", response_model=DecisionList)
+def decision_history(problem_id: ProblemId, session: SessionDep, page: PagingDep,
+                     gpu: GpuQ = None) -> DecisionList:
+    """Every decision taken for the problem, newest first (superseded ones included)."""
+    if jobs.get_problem(session, problem_id) is None:
+        raise NotFound(f"problem {problem_id} not found")
+    rows, total = decisions.history(session, problem_id, page.limit, page.offset, gpu)
+    return DecisionList(items=[decision_out(d) for d in rows], total=total, limit=page.limit,
+                        offset=page.offset)
+
+
+@router.post("/{problem_id}/reopen", status_code=201, response_model=JobOut)
+def reopen(problem_id: ProblemId, flow: FlowDep, settings: SettingsDep,
+           body: ReopenIn | None = None) -> JobOut:
+    """Decide again (new budget, new policy, new versions): a new job for the problem whose
+    decision supersedes the current one; the history keeps both."""
+    body = body or ReopenIn()
+    with flow.db.read_session() as s:
+        record = jobs.get_problem(s, problem_id)
+    if record is None:
+        raise NotFound(f"problem {problem_id} not found")
+    budget = body.budget
+    max_trials = budget.max_trials if budget else settings.default_max_trials
+    state = flow.submit_job(GemmProblem.from_dict(record.spec), max_trials=max_trials,
+                            max_seconds=budget.max_seconds if budget else None,
+                            backends=body.backends, gpu=body.gpu, seed=body.seed,
+                            policy=to_policy(body.policy))
+    return job_out(state)

@@ -29,7 +29,7 @@ def _job(db: Database, n: int = 4) -> tuple[int, int]:
         job = jobs.create_job(s, p, max_trials=n, max_seconds=None, backends=["triton"],
                               target_gpu=None, seed=0, now=NOW)
         candidates.add_candidates(s, job.id, p.id, "triton",
-                                  [({"i": i}, i) for i in range(n)], NOW)
+                                  [({"i": i}, i) for i in range(n)], NOW, tier="tiles")
         w = workers.register(s, "w", "G", {"gpu_model": "G", "mode": "cuda"}, NOW)
     return job.id, w.id
 

@@ -32,6 +32,7 @@ from search.agent import (
     plan,
 )
 from search.roofline import Calibration
+from search.spaces.triton_gemm import tier_plans
 from search.types import GemmProblem
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "h100_gemm_trials.json"
@@ -59,9 +60,9 @@ def tier_of(config: dict[str, Any]) -> str:
 
 
 def replay_tiers(problem: GemmProblem) -> tuple[TierPlan, ...]:
-    split_ok = problem.k >= 1024 and (problem.m // 128 + 1) * (problem.n // 128 + 1) < 132
-    return (TierPlan("tiles", 4.0),
-            TierPlan("split_k", 3.0, split_ok, "" if split_ok else "the grid fills the GPU"))
+    """The service's tiers for an H100 minus the Hopper variants (the recording has none)."""
+    plans = tier_plans(problem, mode="cuda", cc="9.0", sm_count=132, allow_tf32=False)
+    return tuple(t for t in plans if t.name != "hopper")
 
 
 @dataclass

@@ -16,12 +16,14 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from search.agent import Policy, Trial, Verify
 from search.constraints import DeviceLimits
 from search.optimizer import GemmTuner
-from search.types import Candidate, Device, GemmProblem, Measurement, Status, config_key
+from search.types import Candidate, Device, GemmProblem, Measurement, Status, Task, config_key
 from service.app import create_app
 from service.client import KernelSearchClient
 from service.settings import ServiceSettings
+from tests.search.agent_replay import H100_REPLAY_CALIBRATION, ReplayDevice, run_shape, tier_of
 from workers.loop import WorkerLoop
 
 DATA = json.loads((Path(__file__).parents[1] / "data" / "h100_gemm_trials.json").read_text())
@@ -62,18 +64,39 @@ def test_tuner_reuses_recorded_measurements_and_finds_their_best(tmp_path: Path,
 
 
 class RecordedRunner:
-    """Recorded FAKE runner: answers each candidate with the H100 measurement of its config."""
+    """Recorded FAKE runner: answers each candidate with the H100 measurement of its config; a
+    calibration with the replay calibration, a verification with five rounds drawn from the
+    contenders' recorded p20..p80 bands (as ``tests.search.agent_replay`` does)."""
 
     def __init__(self, key: str) -> None:
         self.by_config = {(t["backend"], config_key(t["config"])): _measurement(t)
                           for t in PROBLEMS[key]}
 
     def run(self, candidate: Candidate) -> Measurement:
+        if candidate.backend == Task.CALIBRATE.value:
+            cal = H100_REPLAY_CALIBRATION
+            return Measurement(Status.OK, median_us=700.0, reps=10, bench_s=1.0,
+                               extra={"bandwidth_gbs": cal.bandwidth_gbs,
+                                      "peak_tflops": dict(cal.peak_tflops)})
+        if candidate.backend == Task.VERIFY.value:
+            lib, cus = (self.by_config[(candidate.config[s]["backend"],
+                                        config_key(candidate.config[s]["config"]))]
+                        for s in ("library", "custom"))
+            return Measurement(Status.OK, median_us=cus.median_us, reps=5, bench_s=1.0,
+                               extra={"library_us": list(_rounds(lib)),
+                                      "custom_us": list(_rounds(cus))})
         return self.by_config[(candidate.backend, candidate.config_key)]
 
 
+def _rounds(m: Measurement) -> tuple[float, ...]:
+    trial = Trial(0, "x", {}, None, "ok", m.median_us, m.p20_us, m.p80_us)
+    return ReplayDevice(GemmProblem(1, 1, 1), [], Policy())._verify(
+        Verify(trial, trial, 5)).custom_us
+
+
 class RecordedTuner:
-    """Proposes the recorded configurations in recorded order (a replay of the real search)."""
+    """Proposes the recorded configurations of one tier in recorded order (a replay of the
+    real search, split the way the decision loop splits it)."""
 
     def __init__(self, configs: list[dict[str, Any]]) -> None:
         self.configs, self.exhausted, self._next = configs, False, 0
@@ -97,29 +120,53 @@ class RecordedTuner:
         pass
 
 
-@pytest.mark.parametrize("key", ["gemm:b1:m4096:n4096:k4096:bf16:bf16:fp32:rr",
-                                 "gemm:b1:m128:n14336:k4096:bf16:bf16:fp32:rr",
-                                 "gemm:b1:m1000:n3000:k2000:bf16:bf16:fp32:rr",
-                                 "gemm:b1:m64:n64:k65536:bf16:bf16:fp32:rr"])
-def test_service_decides_the_recorded_winner(tmp_path: Path, key: str) -> None:
-    recorded, cublas, best_triton = _recorded(key)
+def _run_service(tmp_path: Path, key: str, policy: dict[str, Any]) -> tuple[dict[str, Any],
+                                                                            dict[str, Any]]:
     configs = [t["config"] for t in PROBLEMS[key] if t["backend"] == "triton"]
     settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'svc.db'}")
-    app = create_app(settings, tuner_factory=lambda *a: RecordedTuner(configs))
+
+    def tuner(url: str, problem: GemmProblem, gpu: str, limits: Any, seed: int,
+              tier: str | None) -> RecordedTuner:
+        return RecordedTuner([c for c in configs if tier_of(c) == tier])
+
+    app = create_app(settings, tuner_factory=tuner)
     problem = _problem(key)
     with TestClient(app) as http:
         client = KernelSearchClient("http://testserver", http_client=http)
-        job = client.submit_job(problem.to_dict(), budget={"max_trials": len(configs)})
-        device = Device(gpu_model=GPU, mode="cuda", sm_count=132, smem_per_block=232_448,
-                        memory_bytes=80 << 30)
+        job = client.submit_job(problem.to_dict(), budget={"max_trials": 64}, policy=policy)
+        # cc 8.0: the recording has no Hopper-variant trials, so that tier must not apply
+        device = Device(gpu_model=GPU, mode="cuda", sm_count=132, cc="8.0",
+                        smem_per_block=232_448, memory_bytes=80 << 30)
         WorkerLoop(client, RecordedRunner(key), device, batch=8, poll_s=0.01).run(
             idle_exit_s=0.2)
         final = client.get_job(job["id"])
         best = client.best(**problem.to_dict(), gpu=GPU)
-    assert final["status"] == "done"
+    return final, best
+
+
+@pytest.mark.parametrize("key", ["gemm:b1:m4096:n4096:k4096:bf16:bf16:fp32:rr",
+                                 "gemm:b1:m128:n14336:k4096:bf16:bf16:fp32:rr",
+                                 "gemm:b1:m1000:n3000:k2000:bf16:bf16:fp32:rr",
+                                 "gemm:b1:m64:n64:k65536:bf16:bf16:fp32:rr"])
+@pytest.mark.parametrize("mode", ["agent", "full"])
+def test_service_decides_as_the_agent_on_recorded_results(tmp_path: Path, key: str,
+                                                          mode: str) -> None:
+    """The whole path (service, worker loop, tiers, verification) reaches the decision the pure
+    agent reaches on the same recorded results."""
+    policy = Policy(full_search=mode == "full")
+    expected = run_shape(key, policy, window=8)
+    final, best = _run_service(tmp_path, key, policy.to_dict())
+    assert final["status"] == "done" and final["stage"] == "decided"
+    d = final["decision"]
+    assert d["verdict"] == str(expected.verdict)
+    # Trials still out when a tier stops early are measured anyway in the service (the
+    # replay completes each trial at once), so the counts agree up to a window.
+    window = ServiceSettings().window
+    assert abs(d["spend"]["custom"]["trials"] - expected.spend["custom"]["trials"]) <= window
+    _, cublas, best_triton = _recorded(key)
     assert final["library_best"]["median_us"] == pytest.approx(cublas)
-    assert final["custom_best"]["median_us"] == pytest.approx(best_triton)
-    winner = "triton" if best_triton < cublas else "cublas"
-    assert final["best"]["backend"] == best["backend"] == winner
-    assert best["median_us"] == pytest.approx(min(cublas, best_triton))
-    assert final["speedup"] == pytest.approx(cublas / min(cublas, best_triton))
+    if mode == "full":
+        assert final["custom_best"]["median_us"] == pytest.approx(best_triton)
+    chosen = "triton" if d["chosen"] == "custom" else "cublas"
+    assert best["backend"] == chosen and best["decision"]["id"] == d["id"]
+    assert final["speedup"] == pytest.approx(cublas / final["best"]["median_us"])

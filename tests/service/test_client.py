@@ -15,7 +15,7 @@ def test_client_round_trip(client: TestClient, driver: Any) -> None:
     api = KernelSearchClient("http://testserver", http_client=client)
     problem = {"kind": "gemm", "m": 256, "n": 256, "k": 256, "dtype": "bf16"}
     job = api.submit_job(problem, budget={"max_trials": 1}, backends=["cublas", "triton"],
-                         seed=3)
+                         seed=3, policy={"force_custom": True})
     assert job["status"] == "queued" and job["seed"] == 3
     assert api.get_job(job["id"])["id"] == job["id"]
     assert api.list_jobs(limit=1)["items"][0]["id"] == job["id"]

@@ -85,7 +85,7 @@ def test_job_done_after_max_trials(client: TestClient, driver: Any, fake_tuners:
     assert state["status"] == "done", state
     assert state["progress"]["trials_done"] == 6 and state["progress"]["outstanding"] == 0
     assert state["finished_at"] is not None and state["error"] is None
-    assert len(next(iter(fake_tuners.built.values())).recorded) == 6
+    assert len(fake_tuners.recorded()) == 6  # every result reached its tier's tuner
 
 
 def test_job_failed_when_nothing_ran_ok(client: TestClient, driver: Any) -> None:
@@ -118,9 +118,13 @@ def test_exhausted_space_ends_the_job(client: TestClient, driver: Any,
     fake_tuners.configs[:] = fake_tuners.configs[:2]
     job = driver.submit({"max_trials": 50})
     w = driver.register()
-    assert driver.run_all(w) == 3
+    # cuBLAS + 2 configurations in each of the three tiers that apply (tiles, split-K, Hopper)
+    assert driver.run_all(w) == 7
     state = driver.job(job["id"])
-    assert state["status"] == "done" and state["progress"]["trials_done"] == 2
+    assert state["status"] == "done" and state["progress"]["trials_done"] == 6
+    tiers = {t["tier"]: t for t in state["decision"]["tiers"]}
+    assert all("exhausted" in tiers[t]["reason"] for t in ("tiles", "split_k", "hopper"))
+    assert tiers["precision"]["reason"].startswith("skipped")
 
 
 def test_eligibility(client: TestClient, driver: Any, fake_tuners: Any) -> None:

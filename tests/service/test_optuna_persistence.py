@@ -54,10 +54,8 @@ def test_study_survives_restart(make_app: Any, database_url: str, driver: Any,
     assert len(first_configs) == 6
     release_optuna()  # a new process: nothing cached
 
-    name = study_name(GemmProblem.from_dict(PROBLEM), GPU)
     storage = optuna.storages.RDBStorage(database_url)
-    study = optuna.load_study(study_name=name, storage=storage)
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    complete = _complete(storage)
     told = {round(t.value, 6) for t in complete}
     assert {round(_fake_time(c), 6) for c in first_configs} <= told
     before = len(complete)
@@ -72,7 +70,19 @@ def test_study_survives_restart(make_app: Any, database_url: str, driver: Any,
     assert len(keys) == len(set(keys)), "a measured configuration was proposed again"
     assert trials["total"] == 6 + 4 + 2  # Triton trials and one cuBLAS baseline per job
     storage = optuna.storages.RDBStorage(database_url)
-    study = optuna.load_study(study_name=name, storage=storage)
-    # Seeds wait in the study as enqueued trials, so count the finished ones.
-    assert len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))) >= before + 4
+    # Seeds wait in the studies as enqueued trials, so count the finished ones.
+    assert len(_complete(storage)) >= before + 4
     storage.engine.dispose()
+
+
+def _complete(storage: optuna.storages.RDBStorage) -> list[optuna.trial.FrozenTrial]:
+    """Finished trials of the problem's studies, one per search tier that ran."""
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    out = []
+    for tier in ("tiles", "split_k", "hopper"):
+        name = study_name(GemmProblem.from_dict(PROBLEM), GPU, tier)
+        if name in names:
+            study = optuna.load_study(study_name=name, storage=storage)
+            out += study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    assert out, f"no study of the problem among {sorted(names)}"
+    return out

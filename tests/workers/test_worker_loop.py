@@ -15,13 +15,18 @@ from workers.loop import WorkerLoop
 
 
 class ReplayRunner:
-    """FAKE runner: cuBLAS at 10 µs, Triton configs at 20 µs minus BLOCK_N/64, none crash."""
+    """FAKE runner: cuBLAS at 10 µs, Triton configs at 20 µs minus BLOCK_N/64, none crash; a
+    calibration task gets FAKE CPU-like peaks (which put the cuBLAS time far from the roofline,
+    so the search runs)."""
 
     def __init__(self) -> None:
         self.ran: list[Candidate] = []
 
     def run(self, candidate: Candidate) -> Measurement:
         self.ran.append(candidate)
+        if candidate.backend == "calibrate":
+            return Measurement(Status.OK, median_us=1000.0, reps=3, bench_s=0.5, extra={
+                "bandwidth_gbs": 20.0, "peak_tflops": {"fp16": 0.5, "bf16": 0.5, "fp32": 0.2}})
         if candidate.backend == "cublas":
             us = 10.0
         else:
@@ -42,8 +47,11 @@ def test_loop_runs_a_job_to_completion_and_reports_everything(database_url: str)
         final = client.get_job(job["id"])
     assert final["status"] == "done"
     assert final["progress"]["trials_done"] == 5
-    assert loop.stats.reported == len(runner.ran) == 6  # 5 Triton configs + the cuBLAS baseline
+    # the calibration, the cuBLAS baseline and 5 Triton configs
+    assert loop.stats.reported == len(runner.ran) == 7
+    assert [c.backend for c in runner.ran[:2]] == ["calibrate", "cublas"]
     assert final["best"]["backend"] == "cublas" and final["best"]["median_us"] == 10.0
+    assert final["decision"]["verdict"] == "library_wins_after_search"
 
 
 def test_an_unreachable_service_does_not_kill_the_loop() -> None:

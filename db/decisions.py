@@ -1,0 +1,62 @@
+"""Repository of the decision loop's verdicts: the current one per (problem, GPU model) and
+the history (a new decision supersedes the previous one, which is kept)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from db.models import DecisionRow
+from db.records import DecisionRecord
+
+
+def add_decision(session: Session, *, problem_id: int, job_id: int | None, gpu_model: str,
+                 verdict: str, chosen: str, backend: str | None,
+                 config: dict[str, Any] | None, median_us: float | None,
+                 speedup: float | None, bound: str | None, attainable_us: float | None,
+                 verified: bool, rationale: str, evidence: dict[str, Any],
+                 env: dict[str, Any], now: datetime) -> DecisionRecord:
+    session.execute(update(DecisionRow)
+                    .where(DecisionRow.problem_id == problem_id,
+                           DecisionRow.gpu_model == gpu_model,
+                           DecisionRow.superseded_at.is_(None))
+                    .values(superseded_at=now))
+    row = DecisionRow(problem_id=problem_id, job_id=job_id, gpu_model=gpu_model,
+                      verdict=verdict, chosen=chosen, backend=backend, config=config,
+                      median_us=median_us, speedup=speedup, bound=bound,
+                      attainable_us=attainable_us, verified=verified, rationale=rationale,
+                      evidence=evidence, env=env, created_at=now, superseded_at=None)
+    session.add(row)
+    session.flush()
+    return DecisionRecord.of(row)
+
+
+def current(session: Session, problem_id: int, gpu_model: str | None = None
+            ) -> DecisionRecord | None:
+    """The decision in force for the problem (on ``gpu_model``, else the newest on any)."""
+    stmt = select(DecisionRow).where(DecisionRow.problem_id == problem_id,
+                                     DecisionRow.superseded_at.is_(None))
+    if gpu_model is not None:
+        stmt = stmt.where(DecisionRow.gpu_model == gpu_model)
+    row = session.scalars(stmt.order_by(DecisionRow.id.desc()).limit(1)).first()
+    return DecisionRecord.of(row) if row is not None else None
+
+
+def of_job(session: Session, job_id: int) -> DecisionRecord | None:
+    row = session.scalars(select(DecisionRow).where(DecisionRow.job_id == job_id)
+                          .order_by(DecisionRow.id.desc()).limit(1)).first()
+    return DecisionRecord.of(row) if row is not None else None
+
+
+def history(session: Session, problem_id: int, limit: int, offset: int,
+            gpu_model: str | None = None) -> tuple[list[DecisionRecord], int]:
+    where = [DecisionRow.problem_id == problem_id]
+    if gpu_model is not None:
+        where.append(DecisionRow.gpu_model == gpu_model)
+    total = session.scalar(select(func.count()).select_from(DecisionRow).where(*where)) or 0
+    rows = session.scalars(select(DecisionRow).where(*where).order_by(DecisionRow.id.desc())
+                           .limit(limit).offset(offset))
+    return [DecisionRecord.of(r) for r in rows], int(total)

@@ -1,0 +1,357 @@
+"""The service side of the decision loop: evidence in, actions out.
+
+:func:`search.agent.plan` is pure; this module reads one job's evidence from the database
+(calibration, candidates with their measurements, the verification), asks the agent, and carries
+out what it says: enqueue the calibration, the library candidates, a tier's Optuna proposals or
+the interleaved verification; cancel a finished tier's pending trials; store the decision and
+finish the job. Transactions stay short and never span a tuner call (see ``service.flow``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from db import calibrations, decisions, jobs, measurements, workers
+from db import candidates as cands
+from db.engine import Database
+from db.records import (
+    CandidateRecord,
+    CandidateStatus,
+    JobRecord,
+    JobStatus,
+    MeasurementRecord,
+)
+from search import agent
+from search.constraints import DeviceLimits, limits_for
+from search.roofline import Calibration
+from search.spaces import triton_gemm
+from search.types import (
+    CUSTOM_BACKENDS,
+    LIBRARY_BACKENDS,
+    Backend,
+    GemmProblem,
+    Measurement,
+    Task,
+    config_key,
+)
+from service.settings import ServiceSettings
+from service.tuning import TunerPool
+
+log = logging.getLogger("kernelsearch.agent")
+
+CUBLAS, TRITON = Backend.CUBLAS.value, Backend.TRITON.value
+Clock = Callable[[], datetime]
+
+
+class AgentLoop:
+    """Advances jobs through the decision loop; one instance per service process."""
+
+    def __init__(self, database: Database, settings: ServiceSettings, tuners: TunerPool,
+                 clock: Clock) -> None:
+        self.db = database
+        self.settings = settings
+        self.tuners = tuners
+        self.clock = clock
+        self._locks: dict[int, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    # -- entry point --------------------------------------------------------------------------
+    def advance(self, job_id: int) -> None:
+        """Plan and act until the plan no longer changes (at most a few rounds)."""
+        with self._guard:
+            lock = self._locks.setdefault(job_id, threading.Lock())
+        with lock:
+            for _ in range(6):
+                job = self._job(job_id)
+                if job is None or job.status != JobStatus.RUNNING or job.bound_gpu is None:
+                    return
+                now = self.clock()
+                if self._time_up(job, now):
+                    self._cancel_pending(job, "time budget exhausted")
+                ev, device = self.evidence(job, now)
+                p = agent.plan(ev)
+                with self.db.session() as s:
+                    jobs.set_stage(s, job.id, str(p.stage))
+                if not self._act(job, ev, p, device, now):
+                    return
+
+    # -- evidence -----------------------------------------------------------------------------
+    def evidence(self, job: JobRecord, now: datetime) -> tuple[agent.Evidence, dict[str, Any]]:
+        problem = GemmProblem.from_dict(job.problem)
+        policy = agent.Policy.from_dict(job.policy)
+        gpu = job.bound_gpu or ""
+        with self.db.read_session() as s:
+            worker = workers.latest_of_model(s, gpu)
+            device = dict(worker.device) if worker is not None else {}
+            cal = calibrations.latest(s, gpu)
+            calibration = (Calibration(gpu, cal.bandwidth_gbs, cal.peak_tflops, cal.env)
+                           if cal is not None else None)
+            if calibration is not None and device and not calibration.matches(device):
+                calibration = None  # driver or toolkit changed: measure again
+            rows = cands.job_candidates(s, job.id)
+            found = measurements.of_candidates(s, [c.id for c in rows])
+            pending_cal = cands.outstanding_tasks(s, gpu, Task.CALIBRATE.value)
+        trials: list[agent.Trial] = []
+        verification: agent.Verification | None = None
+        cal_done, cal_gpu_s = False, 0.0
+        for c in rows:
+            m = found.get(c.id)
+            if c.backend == Task.CALIBRATE.value:
+                if m is not None:
+                    cal_gpu_s += m.gpu_s
+                    cal_done = True
+                    own = _own_calibration(gpu, m)
+                    if calibration is None and own is not None:
+                        calibration = own  # this job measured it: use it whatever the env says
+                elif c.status == CandidateStatus.FAILED:
+                    cal_done = True
+                continue
+            if c.backend == Task.VERIFY.value:
+                if c.status == CandidateStatus.CANCELLED and m is None:
+                    continue
+                verification = _verification(c, m)
+                continue
+            if c.status == CandidateStatus.CANCELLED and m is None:
+                continue  # never ran: neither evidence nor spent budget
+            trials.append(_trial(c, m))
+        backends = job.bound_backends or ()
+        library_configs: list[tuple[str, dict[str, Any]]] = []
+        if CUBLAS in backends:
+            library_configs.append((CUBLAS, {}))
+            if problem.dtype == "fp32" and policy.allow_tf32:
+                library_configs.append((CUBLAS, {"allow_tf32": True}))
+        tiers = triton_gemm.tier_plans(
+            problem, mode=str(device.get("mode", "")), cc=str(device.get("cc", "")),
+            sm_count=int(device.get("sm_count", 0) or 0), allow_tf32=policy.allow_tf32)
+        ev = agent.Evidence(
+            problem=problem, policy=policy, calibration=calibration,
+            calibration_failed=cal_done and calibration is None,
+            calibration_pending=pending_cal > 0, library_backends=tuple(
+                b for b in backends if b in LIBRARY_BACKENDS),
+            library_configs=tuple(library_configs),
+            custom_allowed=any(b in CUSTOM_BACKENDS for b in backends), tiers=tiers,
+            trials=tuple(trials), exhausted_tiers=frozenset(job.exhausted_tiers),
+            verification=verification, max_trials=job.max_trials,
+            time_up=self._time_up(job, now), calibration_gpu_s=cal_gpu_s)
+        return ev, device
+
+    # -- actions ------------------------------------------------------------------------------
+    def _act(self, job: JobRecord, ev: agent.Evidence, p: agent.Plan, device: dict[str, Any],
+             now: datetime) -> bool:
+        """Carry out the plan's actions; True when the state changed so that planning again
+        may give a different answer."""
+        changed = False
+        for action in p.actions:
+            if isinstance(action, agent.Calibrate):
+                self._add(job, Task.CALIBRATE.value, [({}, None)], now)
+            elif isinstance(action, agent.MeasureLibrary):
+                for backend, config in action.candidates:
+                    self._add(job, backend, [(dict(config), None)], now)
+            elif isinstance(action, agent.StopTier):
+                changed |= self._stop_tier(job, action.tier, action.reason) > 0
+            elif isinstance(action, agent.Search):
+                changed |= self._search(job, action, device, now)
+            elif isinstance(action, agent.Verify):
+                self._add(job, Task.VERIFY.value, [(_verify_config(action), None)], now)
+            elif isinstance(action, agent.Decide):
+                self._decide(job, action.decision, device, now)
+                return False
+        return changed
+
+    def _add(self, job: JobRecord, backend: str, items: list[tuple[dict[str, Any], int | None]],
+             now: datetime, tier: str | None = None) -> None:
+        with self.db.session() as s:
+            current = jobs.get_job(s, job.id, lock=True)
+            if current is None or not current.active:
+                return
+            if tier is None:  # library and task candidates: never twice for one job
+                have = {(c.backend, c.config_key) for c in cands.job_candidates(s, job.id)
+                        if not (c.status == CandidateStatus.CANCELLED)}
+                items = [(c, t) for c, t in items if (backend, config_key(c)) not in have]
+            if items:
+                cands.add_candidates(s, job.id, job.problem_id, backend, items, now, tier)
+
+    def _search(self, job: JobRecord, action: agent.Search, device: dict[str, Any],
+                now: datetime) -> bool:
+        """Top the tier up to the job's window of outstanding trials; True when planning again
+        may add more: the tier's space ran out, or its budget is all out and the window still
+        has room (the next tier may start)."""
+        with self.db.read_session() as s:
+            outstanding = cands.job_counts(s, job.id).outstanding
+        room = self.settings.window - outstanding
+        n = room if action.n is None else min(room, action.n)
+        if n <= 0:
+            return False
+        problem = GemmProblem.from_dict(job.problem)
+        limits = limits_for(str(device.get("mode", "")), int(device.get("smem_per_block", 0)))
+        gpu = job.bound_gpu or ""
+
+        def known(config: dict[str, Any]) -> Measurement | None:
+            with self.db.read_session() as s:
+                found = measurements.find_known(s, job.problem_id, gpu, TRITON,
+                                                config_key(config))
+            return found.to_measurement() if found is not None else None
+
+        with self.tuners.use(problem, gpu, limits, job.seed, action.tier) as tuner:
+            proposals = tuner.propose(n, known)
+            exhausted = bool(tuner.exhausted)
+            with self.db.session() as s:
+                current = jobs.get_job(s, job.id, lock=True)
+                active = current is not None and current.active
+                if active:
+                    cands.add_candidates(s, job.id, job.problem_id, TRITON,
+                                         [(dict(x.config), x.trial_number) for x in proposals],
+                                         now, action.tier)
+                    if exhausted:
+                        jobs.mark_exhausted(s, job.id, action.tier)
+            if not active:
+                for x in proposals:
+                    _safely(lambda t=tuner, n=x.trial_number: t.abandon(n))
+        filled = action.n is not None and len(proposals) == action.n and action.n < room
+        return active and (exhausted or filled)
+
+    def _stop_tier(self, job: JobRecord, tier: str, reason: str) -> int:
+        with self.db.session() as s:
+            dropped = [c for c in cands.job_candidates(s, job.id)
+                       if c.tier == tier and c.status == CandidateStatus.PENDING]
+            cands.cancel_ids(s, [c.id for c in dropped], f"tier over: {reason}")
+        self.abandon(job, dropped)
+        return len(dropped)
+
+    def _cancel_pending(self, job: JobRecord, reason: str) -> None:
+        with self.db.session() as s:
+            dropped = [c for c in cands.job_candidates(s, job.id)
+                       if c.status == CandidateStatus.PENDING]
+            cands.cancel_ids(s, [c.id for c in dropped], reason)
+        self.abandon(job, dropped)
+
+    def _decide(self, job: JobRecord, d: agent.Decision, device: dict[str, Any],
+                now: datetime) -> None:
+        pick = d.custom if d.chosen == "custom" else d.library
+        env = {k: device.get(k) for k in ("gpu_model", "sm_count", "cc", "driver", "cuda",
+                                           "torch", "triton") if k in device}
+        dropped: list[CandidateRecord] = []
+        with self.db.session() as s:
+            current = jobs.get_job(s, job.id, lock=True)
+            if current is None or current.status != JobStatus.RUNNING:
+                return
+            dropped = [c for c in cands.job_candidates(s, job.id)
+                       if c.status == CandidateStatus.PENDING]
+            cands.cancel_ids(s, [c.id for c in dropped], "decided")
+            rf = d.roofline
+            if pick is not None:
+                decisions.add_decision(
+                    s, problem_id=job.problem_id, job_id=job.id, gpu_model=job.bound_gpu or "",
+                    verdict=str(d.verdict), chosen=d.chosen, backend=pick.backend,
+                    config=dict(pick.config), median_us=pick.median_us, speedup=d.speedup,
+                    bound=rf.bound if rf else None,
+                    attainable_us=rf.attainable_us if rf else None, verified=d.verified,
+                    rationale=d.rationale, evidence=d.to_dict(), env=env, now=now)
+                jobs.finish_job(s, job.id, JobStatus.DONE, now)
+            else:
+                reasons = Counter((c.failure_reason or c.status)[:120]
+                                  for c in cands.job_candidates(s, job.id)
+                                  if c.status == CandidateStatus.FAILED)
+                summary = "; ".join(f"{r} (x{n})" for r, n in reasons.most_common(3))
+                jobs.finish_job(s, job.id, JobStatus.FAILED, now,
+                                f"no candidate ran ok: {summary or 'none was measured'}")
+        self.abandon(job, dropped)
+
+    # -- tuner bookkeeping --------------------------------------------------------------------
+    def abandon(self, job: JobRecord, dropped: list[CandidateRecord]) -> None:
+        by_tier: dict[str | None, list[int]] = {}
+        for c in dropped:
+            if c.trial_number is not None:
+                by_tier.setdefault(c.tier, []).append(c.trial_number)
+        for tier, numbers in by_tier.items():
+            def close(t: Any, numbers: list[int] = numbers) -> None:
+                for n in numbers:
+                    t.abandon(n)
+            self.with_tuner(job, tier, close)
+
+    def with_tuner(self, job: JobRecord, tier: str | None, fn: Callable[[Any], None]) -> None:
+        """Run ``fn`` on the job's tuner of ``tier``; a failure is logged, never lost data."""
+        if job.bound_gpu is None:
+            return
+        problem = GemmProblem.from_dict(job.problem)
+        with self.db.read_session() as s:
+            worker = workers.latest_of_model(s, job.bound_gpu)
+        limits = (limits_for(worker.device.get("mode", ""),
+                             int(worker.device.get("smem_per_block", 0)))
+                  if worker is not None else DeviceLimits())
+        with self.tuners.use(problem, job.bound_gpu, limits, job.seed, tier) as tuner:
+            _safely(lambda: fn(tuner))
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _job(self, job_id: int) -> JobRecord | None:
+        with self.db.read_session() as s:
+            return jobs.get_job(s, job_id)
+
+    @staticmethod
+    def _time_up(job: JobRecord, now: datetime) -> bool:
+        if job.max_seconds is None or job.started_at is None:
+            return False
+        return (now - job.started_at).total_seconds() >= job.max_seconds
+
+
+def record_calibration(s: Session, cand: CandidateRecord, m: Measurement, gpu_model: str,
+                       worker_id: int, now: datetime) -> None:
+    """Store what a calibration task measured (its report carries the peaks in ``extra``)."""
+    extra = m.extra or {}
+    try:
+        bandwidth = float(extra["bandwidth_gbs"])
+        peaks = {str(k): float(v) for k, v in dict(extra["peak_tflops"]).items()}
+    except (KeyError, TypeError, ValueError):
+        log.warning("calibration report of candidate %s has no usable peaks", cand.id)
+        return
+    calibrations.add_calibration(s, gpu_model, bandwidth, peaks, dict(m.env), now,
+                                 job_id=cand.job_id, worker_id=worker_id, bench_s=m.bench_s)
+
+
+def _own_calibration(gpu: str, m: MeasurementRecord) -> Calibration | None:
+    if m.status != "ok":
+        return None
+    try:
+        return Calibration.from_dict({"gpu_model": gpu, **m.extra, "env": m.env})
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _trial(c: CandidateRecord, m: MeasurementRecord | None) -> agent.Trial:
+    if m is not None:
+        return agent.Trial(c.id, c.backend, c.config, c.tier, m.status, m.median_us, m.p20_us,
+                           m.p80_us, m.gpu_s)
+    if c.status == CandidateStatus.FAILED:  # never measured: its lease expired too often
+        return agent.Trial(c.id, c.backend, c.config, c.tier, "crashed")
+    return agent.Trial(c.id, c.backend, c.config, c.tier)
+
+
+def _verification(c: CandidateRecord, m: MeasurementRecord | None) -> agent.Verification:
+    lib_id, cus_id = int(c.config.get("library_id", 0)), int(c.config.get("custom_id", 0))
+    if m is None:
+        status = "crashed" if c.status == CandidateStatus.FAILED else None
+        return agent.Verification(lib_id, cus_id, status, error=c.failure_reason)
+    extra = m.extra or {}
+    return agent.Verification(
+        lib_id, cus_id, m.status, tuple(float(x) for x in extra.get("library_us") or ()),
+        tuple(float(x) for x in extra.get("custom_us") or ()), m.gpu_s, m.error)
+
+
+def _verify_config(v: agent.Verify) -> dict[str, Any]:
+    return {"library": {"backend": v.library.backend, "config": dict(v.library.config)},
+            "custom": {"backend": v.custom.backend, "config": dict(v.custom.config)},
+            "rounds": v.rounds, "library_id": v.library.id, "custom_id": v.custom.id}
+
+
+def _safely(fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except Exception:  # the tuner is advisory; the database already holds the truth
+        log.exception("telling the tuner failed")

@@ -1,0 +1,33 @@
+"""``/v1/calibrations``: the measured peaks behind every roofline, and asking for a re-run."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from db import calibrations
+from service.deps import FlowDep, SessionDep
+from service.schemas import CalibrationList, RefreshIn, RefreshOut
+from service.views import calibration_out
+
+router = APIRouter(prefix="/v1/calibrations", tags=["calibrations"])
+
+
+@router.get("", response_model=CalibrationList)
+def list_calibrations(session: SessionDep,
+                      gpu: Annotated[str | None, Query(min_length=1, max_length=200,
+                                                       pattern=r"^[^\x00-\x1f]+$")] = None
+                      ) -> CalibrationList:
+    """Calibrations newest first (stale ones included, flagged)."""
+    return CalibrationList(items=[calibration_out(c) for c in
+                                  calibrations.list_calibrations(session, gpu)])
+
+
+@router.post("/refresh", response_model=RefreshOut)
+def refresh(body: RefreshIn, flow: FlowDep) -> RefreshOut:
+    """Mark the GPU model's calibration stale: the next job on it measures the device again
+    (a driver or toolkit change does this by itself)."""
+    with flow.db.session() as s:
+        n = calibrations.mark_stale(s, body.gpu)
+    return RefreshOut(gpu=body.gpu, marked_stale=n)

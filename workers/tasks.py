@@ -1,0 +1,130 @@
+"""Work items that are not one kernel's measurement; they run in the isolated child like one.
+
+``calibrate``: the device's measured peaks for the roofline (``search.roofline``): a large
+device-to-device copy (bytes read + written per second) and large cuBLAS GEMMs per precision
+(the best of a few shapes, so one shape's wave quantisation does not set the peak).
+
+``verify``: the decision loop's second verdict. The library's best and the custom best are run
+on the same fresh inputs, checked again (a wrong result fails the task), then timed in
+alternating order (A B, B A, A B ...) for ``rounds`` rounds; each round's median of each goes
+back in ``extra`` so the service can compare medians against the round-to-round spread.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from search.types import Candidate, Measurement, Status
+
+__all__ = ["calibrate", "verify"]
+
+#: Shapes timed for the matrix peak (m, n, k); the best TFLOP/s among them is the peak.
+PEAK_SHAPES_GPU = ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 4096, 16384))
+PEAK_SHAPES_CPU = ((256, 256, 256),)
+COPY_BYTES_GPU = 1 << 30
+COPY_BYTES_CPU = 32 << 20
+
+
+def calibrate(env: dict[str, Any], bench: Any, cuda: bool) -> Measurement:
+    """Measure bandwidth and per-precision matrix peaks with ``bench`` (flush off: the
+    operands are far larger than L2 or are meant to stay in it)."""
+    import torch
+
+    device = torch.device("cuda" if cuda else "cpu")
+    t0 = time.perf_counter()
+    nbytes = COPY_BYTES_GPU if cuda else COPY_BYTES_CPU
+    gen = torch.Generator(device=device)
+    gen.manual_seed(1234)
+    src = torch.randint(0, 2**31 - 1, (nbytes // 4,), dtype=torch.int32, device=device,
+                        generator=gen)
+    dst = torch.empty_like(src)
+    copy = bench([lambda d=dst, s=src: d.copy_(s)])
+    if not torch.equal(dst, src):
+        return Measurement(status=Status.WRONG_RESULT, error="device copy mismatch", env=env)
+    bandwidth_gbs = 2 * nbytes / (copy.median_us * 1e-6) / 1e9
+    del src, dst
+    peaks: dict[str, float] = {}
+    shapes = PEAK_SHAPES_GPU if cuda else PEAK_SHAPES_CPU
+    precisions = (("bf16", torch.bfloat16, False), ("fp16", torch.float16, False),
+                  ("fp32", torch.float32, False), ("tf32", torch.float32, True))
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for name, dtype, tf32 in precisions:
+            best = 0.0
+            for m, n, k in shapes if name != "fp32" else shapes[:1]:
+                a = torch.randn(m, k, device=device, generator=gen).to(dtype)
+                b = torch.randn(k, n, device=device, generator=gen).to(dtype)
+                out = torch.empty(m, n, device=device, dtype=dtype)
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                timing = bench([lambda a=a, b=b, out=out: torch.matmul(a, b, out=out)])
+                if not bool(torch.isfinite(out).all()):
+                    return Measurement(status=Status.WRONG_RESULT, env=env,
+                                       error=f"{name} {m}x{n}x{k} matmul gave non-finite values")
+                best = max(best, 2 * m * n * k / (timing.median_us * 1e-6) / 1e12)
+                del a, b, out
+            peaks[name] = best
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+    return Measurement(status=Status.OK, median_us=copy.median_us, p20_us=copy.p20_us,
+                       p80_us=copy.p80_us, reps=copy.reps, bench_s=time.perf_counter() - t0,
+                       env={**env, "timing": copy.method},
+                       extra={"bandwidth_gbs": bandwidth_gbs, "peak_tflops": peaks,
+                              "copy_bytes": nbytes,
+                              "peak_shapes": [list(s) for s in shapes]})
+
+
+def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets: int,
+           seed: int) -> Measurement:
+    """Re-check and time the library and the custom contender interleaved."""
+    import torch
+
+    from kernel_templates.inputs import make_inputs
+    from kernel_templates.reference import reference_matmul, rel_error, tolerance_for
+    from kernel_templates.registry import check_supported, make_callable
+
+    t0 = time.perf_counter()
+    spec = cand.config
+    rounds = int(spec.get("rounds", 5))
+    contenders: dict[str, Candidate] = {}
+    for side in ("library", "custom"):
+        part = spec.get(side)
+        if not isinstance(part, dict) or "backend" not in part:
+            return Measurement(status=Status.INVALID, env=env,
+                               error=f"verify config needs {side}.backend and {side}.config")
+        contenders[side] = Candidate(cand.problem, str(part["backend"]),
+                                     dict(part.get("config") or {}))
+    device = torch.device("cuda" if cuda else "cpu")
+    sets = [make_inputs(cand.problem, device, seed + i) for i in range(n_sets)]
+    ref = reference_matmul(sets[0].a, sets[0].b)
+    calls: dict[str, list[Any]] = {}
+    errors: dict[str, float] = {}
+    for side, c in contenders.items():
+        check_supported(c.backend, c.problem)
+        sets[0].out.fill_(float("nan"))  # poisoned again for each contender
+        fns = [make_callable(c, s) for s in sets]
+        fns[0]()
+        if cuda:
+            torch.cuda.synchronize()
+        err = rel_error(sets[0].out, ref)
+        tol = tolerance_for(c.problem, c.config)
+        errors[side] = err
+        if not err <= tol:
+            return Measurement(status=Status.WRONG_RESULT, rel_error=err, env=env,
+                               error=f"{side} ({c.backend}) rel_error {err:.3g} over "
+                                     f"tolerance {tol:.3g} on the re-check",
+                               extra={f"{side}_rel_error": err})
+        calls[side] = fns
+    times: dict[str, list[float]] = {"library": [], "custom": []}
+    for r in range(rounds):
+        order = ("library", "custom") if r % 2 == 0 else ("custom", "library")
+        for side in order:
+            times[side].append(bench(calls[side]).median_us)
+    lib, cus = times["library"], times["custom"]
+    return Measurement(
+        status=Status.OK, median_us=statistics.median(cus), p20_us=min(cus), p80_us=max(cus),
+        reps=rounds, rel_error=errors["custom"], bench_s=time.perf_counter() - t0,
+        env={**env, "input_sets": n_sets},
+        extra={"library_us": lib, "custom_us": cus, "library_rel_error": errors["library"],
+               "custom_rel_error": errors["custom"], "order": "alternating, library first"})
