@@ -62,8 +62,9 @@ WS = dict(PERSISTENT=1, WARP_SPECIALIZE=1)
 TF32 = dict(INPUT_PRECISION="tf32")
 
 NO_FLATTEN = {"PERSISTENT_FLATTEN": False}
-PTR_STORE = {"PERSISTENT_TMA_STORE": False}
-Entry = tuple[str, dict[str, Any] | None, dict[str, bool]]
+TMA_STORE = {"PERSISTENT_TMA_STORE": True}
+WS_TILES = {"PERSISTENT_WS_LOOP": "tiles"}
+Entry = tuple[str, dict[str, Any] | None, dict[str, Any]]
 
 # (label, config or None for cuBLAS, gemm module seams set for this entry)
 BF16_ENTRIES: list[Entry] = [
@@ -74,10 +75,12 @@ BF16_ENTRIES: list[Entry] = [
     ("persistent", cfg(128, 128, 64, 8, 4, **P), {}),
     ("persistent", cfg(128, 128, 64, 4, 4, **P), {}),
     ("persistent, no flatten", cfg(128, 256, 64, 8, 3, **P), NO_FLATTEN),
-    ("persistent, pointer store", cfg(128, 256, 64, 8, 3, **P), PTR_STORE),
+    ("persistent, TMA store", cfg(128, 256, 64, 8, 3, **P), TMA_STORE),
     ("persistent + WS", cfg(128, 256, 64, 8, 3, **WS), {}),
     ("persistent + WS", cfg(128, 128, 64, 8, 4, **WS), {}),
     ("persistent + WS", cfg(128, 128, 64, 4, 4, **WS), {}),
+    ("persistent + WS on tile loop", cfg(128, 256, 64, 8, 3, **WS), WS_TILES),
+    ("persistent + WS on tile loop", cfg(128, 128, 64, 4, 4, **WS), WS_TILES),
     ("persistent, 2 CTAs", cfg(128, 256, 64, 8, 3, num_ctas=2, **P), {}),
     ("persistent + WS, 2 CTAs", cfg(128, 256, 64, 8, 3, num_ctas=2, **WS), {}),
 ]
@@ -88,7 +91,7 @@ FP32_ENTRIES: list[Entry] = [
     ("tiled tf32 (pointer)", cfg(128, 256, 32, 8, 3, **TF32), {}),
     ("persistent tf32", cfg(128, 128, 32, 8, 3, **P, **TF32), {}),
     ("persistent tf32", cfg(128, 256, 32, 8, 2, **P, **TF32), {}),
-    ("persistent tf32", cfg(128, 128, 64, 8, 3, **P, **TF32), {}),
+    ("persistent tf32", cfg(128, 128, 64, 8, 2, **P, **TF32), {}),
     ("persistent + WS tf32", cfg(128, 128, 32, 8, 3, **WS, **TF32), {}),
     ("persistent tf32x3", cfg(128, 128, 32, 8, 3, **P, INPUT_PRECISION="tf32x3"), {}),
 ]
@@ -96,7 +99,7 @@ FP32_RC_ENTRIES: list[Entry] = [
     ("cuBLAS tf32", None, {}),
     ("tiled tf32 (pointer)", cfg(128, 256, 32, 8, 3, **TF32), {}),
     ("persistent tf32", cfg(128, 128, 32, 8, 3, **P, **TF32), {}),
-    ("persistent tf32", cfg(128, 128, 64, 8, 3, **P, **TF32), {}),
+    ("persistent tf32", cfg(128, 128, 64, 8, 2, **P, **TF32), {}),
     ("persistent tf32", cfg(128, 256, 32, 8, 2, **P, **TF32), {}),
     ("persistent + WS tf32", cfg(128, 128, 32, 8, 3, **WS, **TF32), {}),
 ]
@@ -132,15 +135,16 @@ def set_tf32(label: str) -> None:
     torch.backends.cuda.matmul.allow_tf32 = label == "cuBLAS tf32"
 
 
-SEAMS = {"PERSISTENT_FLATTEN": True, "PERSISTENT_TMA_STORE": True}
+SEAMS: dict[str, Any] = {"PERSISTENT_FLATTEN": True, "PERSISTENT_TMA_STORE": False,
+                         "PERSISTENT_WS_LOOP": "k"}
 
 
-def set_seams(seams: dict[str, bool]) -> None:
+def set_seams(seams: dict[str, Any]) -> None:
     for name, default in SEAMS.items():
         setattr(gemm, name, seams.get(name, default))
 
 
-def check(problem: GemmProblem, label: str, c: dict[str, Any] | None, seams: dict[str, bool],
+def check(problem: GemmProblem, label: str, c: dict[str, Any] | None, seams: dict[str, Any],
           seed: int) -> tuple[Any, dict[str, Any]]:
     """(inputs, row) after one correctness call; row["status"] is ok/wrong/error."""
     set_seams(seams)

@@ -35,8 +35,12 @@ and optional ones (``OPTIONAL_KEYS``), whose absence is exactly the behaviour ab
   loading through TMA descriptors. Hopper (or the interpreter), batch 1, 16-byte aligned
   operands, bf16/fp16/fp32; ``SPLIT_K`` must be 1.
 - ``WARP_SPECIALIZE`` (0/1): ``tl.range(..., warp_specialize=True)`` on the K loop; only with
-  TMA loads (``PERSISTENT=1``, or the TMA kernel that Hopper takes automatically).
-- ``num_ctas`` (1/2): Triton's cluster launch option (Hopper only).
+  TMA loads (``PERSISTENT=1``, or the TMA kernel that Hopper takes automatically). With Triton
+  3.6 on an H100 the compiled kernel is unchanged (no warp-specialize op, same shared memory,
+  same time): Triton's automatic warp specialisation targets Blackwell.
+- ``num_ctas`` (1/2): Triton's cluster launch option (Hopper only), ``SPLIT_K`` must be 1. Not
+  with a column-major A through TMA (wrong results with Triton 3.6): refused where TMA is
+  required, the pointer kernel where TMA was only automatic. Measured ~30% slower on an H100.
 - ``INPUT_PRECISION`` (``"ieee"``, ``"tf32"``, ``"tf32x3"``): ``tl.dot``'s input precision for
   fp32 inputs (default ``"ieee"``: full fp32); bf16/fp16 inputs accept only ``"ieee"``. tf32
   results need a wider tolerance: ``kernel_templates.reference.tolerance_for``.
@@ -268,8 +272,8 @@ def _gemm_persistent_kernel(
     a_desc, b_desc, c_ptr, c_desc, M, N, K, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr, EVEN_MN: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr,
-    TMA_STORE: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, WS_TILES: tl.constexpr, WS_K: tl.constexpr,
+    FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr,
 ):  # fmt: skip
     # Persistent: the grid is at most one program per SM (cluster) and each program walks the
     # output tiles tile0, tile0 + programs, ... in the grouped order of _tile_coords, so
@@ -281,12 +285,13 @@ def _gemm_persistent_kernel(
     start = tl.program_id(0)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile in tl.range(start, num_tiles, tl.num_programs(0), flatten=FLATTEN):
+    for tile in tl.range(start, num_tiles, tl.num_programs(0), flatten=FLATTEN,
+                         warp_specialize=WS_TILES):
         pid_m, pid_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for kk in tl.range(0, k_tiles, warp_specialize=WARP_SPECIALIZE):
+        for kk in tl.range(0, k_tiles, warp_specialize=WS_K):
             k = kk * BLOCK_K
             if A_COL:
                 a = a_desc.load([k, off_m]).T
@@ -498,10 +503,22 @@ def _check_device(cfg: dict[str, Any], device: torch.device) -> None:
                           f"9+), this one is {_cc_major(device)}.x")
 
 
+def _check_clusters(launch: dict[str, int], a_col: bool) -> None:
+    """num_ctas=2 with a column-major A loaded through TMA computed wrong results (relative
+    error ~1) on an H100 with Triton 3.6, in the TMA and the persistent kernel alike; row-major
+    A (either B) and the pointer kernel were right. Refused until a Triton fixes it."""
+    if launch.get("num_ctas", 1) > 1 and a_col:
+        raise Unsupported("num_ctas=2 with a column-major A through TMA loads is refused: "
+                          "Triton 3.6 computes it wrong on Hopper")
+
+
 #: Persistent kernel: fuse the tile loop with the K loop into one pipeline (``flatten``), and
 #: store C through a TMA descriptor where C's rows are 16-byte aligned. Benchmark seams.
 PERSISTENT_FLATTEN = True
-PERSISTENT_TMA_STORE = True
+PERSISTENT_TMA_STORE = False
+#: Which loop of the persistent kernel ``WARP_SPECIALIZE=1`` marks: ``"k"`` (the K loop) or
+#: ``"tiles"`` (the tile loop, as Triton's persistent-matmul tutorial does). A benchmark seam.
+PERSISTENT_WS_LOOP = "k"
 
 
 def _matmul_persistent(a3: torch.Tensor, b3: torch.Tensor, c3: torch.Tensor,
@@ -522,6 +539,7 @@ def _matmul_persistent(a3: torch.Tensor, b3: torch.Tensor, c3: torch.Tensor,
         raise Unsupported("PERSISTENT=1 loads through TMA: each operand needs a 16-byte aligned "
                           "base, unit stride along rows or columns and a 16-byte aligned "
                           "leading dimension")
+    _check_clusters(launch, da[1])
     dc = _describe(c3[0], m, n, (bm, bn)) if PERSISTENT_TMA_STORE else None
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     programs = max(1, min(_sm_count(a3.device) // launch.get("num_ctas", 1), tiles))
@@ -529,7 +547,9 @@ def _matmul_persistent(a3: torch.Tensor, b3: torch.Tensor, c3: torch.Tensor,
         da[0], db[0], c3, dc[0] if dc is not None else None, m, n, k, c3.stride(1), c3.stride(2),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], A_COL=da[1], B_COL=db[1],
         EVEN_MN=m % bm == 0 and n % bn == 0, INPUT_PRECISION=precision,
-        WARP_SPECIALIZE=warp_spec, FLATTEN=PERSISTENT_FLATTEN, TMA_STORE=dc is not None,
+        WS_TILES=warp_spec and PERSISTENT_WS_LOOP == "tiles",
+        WS_K=warp_spec and PERSISTENT_WS_LOOP != "tiles",
+        FLATTEN=PERSISTENT_FLATTEN, TMA_STORE=dc is not None,
         **launch,
     )  # fmt: skip
 
@@ -608,6 +628,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         ws = cnt = c3
     use_tma = TMA_DEFAULT if tma is None else tma
     descs = _tma_descriptors(a3, b3, cfg, auto=use_tma is None) if use_tma is not False else None
+    if descs is not None and use_tma is None and launch.get("num_ctas", 1) > 1 and descs[2]:
+        descs = None  # automatic: the pointer kernel, as TMA clusters fail here (_check_clusters)
     if use_tma and descs is None:
         raise Unsupported("tma=True, but these operands cannot be described for TMA")
     if warp_spec and descs is None:
@@ -618,6 +640,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
                             "(bf16/fp16, batch 1, 16-byte aligned operands); these operands take "
                             "the pointer kernel")
     if descs is not None:
+        _check_clusters(launch, descs[2])
         _gemm_tma_kernel[grid](
             descs[0], descs[1], c3, ws, cnt,
             m, n, k, k_per_split, c3.stride(1), c3.stride(2),

@@ -195,6 +195,26 @@ def test_num_ctas_on_pointer_kernel(device: str) -> None:
     check(GemmProblem(m=33, n=65, k=97, dtype="fp32"), small(num_ctas=2), device)
 
 
+def test_num_ctas_refused_with_column_major_a_through_tma(device: str) -> None:
+    # Triton 3.6 computes num_ctas=2 wrong with a column-major A loaded through TMA (seen on an
+    # H100); refused where TMA is required, the pointer kernel where TMA was only automatic.
+    p = GemmProblem(m=40, n=56, k=88, dtype="fp16", layout_a="col")
+    inp = make_inputs(p, device, 0)
+    with pytest.raises(Unsupported, match="num_ctas"):
+        matmul(inp.a, inp.b, small(num_ctas=2, PERSISTENT=1))
+    with pytest.raises(Unsupported, match="num_ctas"):
+        matmul(inp.a, inp.b, small(num_ctas=2), tma=True)
+    check(p, small(num_ctas=2), device)
+    check(GemmProblem(m=40, n=56, k=88, dtype="fp16", layout_b="col"),
+          small(num_ctas=2, PERSISTENT=1), device)
+
+
+def test_warp_specialize_on_the_tile_loop(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
+    monkeypatch.setattr(gemm, "PERSISTENT_WS_LOOP", "tiles")
+    check(GemmProblem(m=40, n=56, k=88, dtype="fp16"), small(PERSISTENT=1, WARP_SPECIALIZE=1),
+          device)
+
+
 @pytest.mark.parametrize("precision", ["tf32", "tf32x3"])
 def test_tf32_pointer_kernel(precision: str, device: str) -> None:
     check(GemmProblem(m=33, n=65, k=97, dtype="fp32", layout_a="col"),
@@ -257,6 +277,10 @@ GPU_SHAPES = [(1000, 3000, 2000), (512, 512, 512), (16, 4096, 4096)]
 def test_variants_gpu(family: str, m: int, n: int, k: int, layouts: str, dtype: str) -> None:
     p = GemmProblem(m=m, n=n, k=k, dtype=dtype, layout_a=LAY[layouts[0]],
                     layout_b=LAY[layouts[1]])
+    if family == "persistent_ctas2" and layouts[0] == "c":
+        with pytest.raises(Unsupported, match="num_ctas"):
+            check(p, GPU_FAMILIES[family], "cuda")
+        return
     err = check(p, GPU_FAMILIES[family], "cuda", seed=m + n + k)
     assert err < (5e-3 if dtype == "bf16" else 1e-3)
 
@@ -297,5 +321,21 @@ def test_num_ctas_gpu(path: str, layouts: str, m: int, n: int, k: int) -> None:
                     layout_b=LAY[layouts[1]])
     cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=4,
                num_stages=3, num_ctas=2, **({"PERSISTENT": 1} if path == "persistent" else {}))
+    if path == "persistent" and layouts[0] == "c":
+        with pytest.raises(Unsupported, match="num_ctas"):
+            check(p, cfg, "cuda")
+        return
+    # "tma" with a column-major A: automatic TMA gives way to the pointer kernel.
     err = check(p, cfg, "cuda", seed=m + n, tma=False if path == "pointer" else None)
     assert err < 5e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ws_loop", ["k", "tiles"])
+@pytest.mark.parametrize("layouts", ["rr", "cc"])
+def test_warp_specialize_loops_gpu(ws_loop: str, layouts: str,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gemm, "PERSISTENT_WS_LOOP", ws_loop)
+    p = GemmProblem(m=1000, n=3000, k=2000, dtype="bf16", layout_a=LAY[layouts[0]],
+                    layout_b=LAY[layouts[1]])
+    assert check(p, GPU_FAMILIES["persistent_ws"], "cuda", seed=9) < 5e-3
