@@ -115,7 +115,10 @@ def main() -> None:
                                "dtype": dtype, "class": shape.get("class", "")}
         print(f"== {row['shape']} {dtype} ({row['class']})", flush=True)
         try:
-            result = run_tuning(problem, {"max_trials": args.trials}, database_url=db_url)
+            # full_search: this benchmark measures the search itself (the decision loop's
+            # early stops are benchmarked by scripts/bench_agent.py)
+            result = run_tuning(problem, {"max_trials": args.trials}, database_url=db_url,
+                                policy={"full_search": True})
         except KernelSearchError as exc:
             row.update(served=False, reason=str(exc))
             rows.append(row)

@@ -2,8 +2,10 @@
 # GPU host check in one call: GPU tests, an end-to-end job through the real service and a real
 # worker (SQLite), and the GEMM benchmark. Logs and JSON go under OUTDIR.
 #   usage: scripts/gpu_check.sh OUTDIR
-#   env:   STAGES=tests,e2e,bench (default all, run in the order given)  SHAPES=0,2,7,8 (benchmark shape indices, default
-#          all)  TRIALS=64  BENCH_SHAPES=path/to/gemm_public.json  PEER=1 (0: skip max-autotune)
+#   env:   STAGES=tests,e2e,agent,cutlass,variants,skinny,bench (default tests,e2e,agent,bench;
+#          run in the order given)  SHAPES=0,2,7,8 (benchmark shape indices, default all)
+#          TRIALS=64  AGENT_TRIALS=32  CUTLASS_OPS=6  BENCH_SHAPES=path/to/gemm_public.json
+#          PEER=1 (0: skip max-autotune)
 # Dependencies must already be importable (on a host without a package index: install the
 # wheelhouse into /tmp/site and put it on PYTHONPATH first; see README).
 set -uo pipefail
@@ -11,7 +13,7 @@ out=${1:-${OUT:-/tmp/ks-gpu}}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export PYTHONPATH=${PYTHONPATH:-}:$PWD PYTHONUNBUFFERED=1
-stages=${STAGES:-tests,e2e,bench}
+stages=${STAGES:-tests,e2e,agent,bench}
 shapes_file=${BENCH_SHAPES:-shared/bench/gemm_public.json}
 [ -f "$shapes_file" ] || shapes_file=../shared/bench/gemm_public.json
 [ -f "$shapes_file" ] || shapes_file=docs/benchmarks/gemm_public.json
@@ -32,6 +34,24 @@ for stage in ${stages//,/ }; do
     e2e)
       echo "== end to end: service + worker processes"
       timeout 300 python3 scripts/e2e_service.py 2>&1 | tee "$out/e2e.log"
+      rc=$(( rc | ${PIPESTATUS[0]} )) ;;
+    agent)
+      echo "== decision loop vs full search"
+      python3 scripts/bench_agent.py --shapes "$shapes_file" --trials "${AGENT_TRIALS:-32}" \
+        --only "${SHAPES:-}" --out "$out/agent" 2>&1 | tee "$out/agent.log"
+      rc=$(( rc | ${PIPESTATUS[0]} )) ;;
+    cutlass)
+      echo "== CUTLASS: enumerate, compile (cold, then warm cache), check, time"
+      python3 scripts/gpu_cutlass_check.py --shapes "$shapes_file" --out "$out/cutlass" \
+        --max-ops "${CUTLASS_OPS:-6}" --only "${SHAPES:-}" 2>&1 | tee "$out/cutlass.log"
+      rc=$(( rc | ${PIPESTATUS[0]} )) ;;
+    variants)
+      echo "== Triton Hopper variants and tf32"
+      python3 scripts/gpu_variants_check.py --out "$out/variants" 2>&1 | tee "$out/variants.log"
+      rc=$(( rc | ${PIPESTATUS[0]} )) ;;
+    skinny)
+      echo "== skinny split-K kernel"
+      python3 scripts/gpu_skinny_check.py --out "$out/skinny" 2>&1 | tee "$out/skinny.log"
       rc=$(( rc | ${PIPESTATUS[0]} )) ;;
     bench)
       echo "== benchmark"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -151,6 +151,8 @@ class Evidence:
     calibration_pending: bool = False
     library_backends: tuple[str, ...] = ("cublas",)
     library_configs: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    #: why a library backend the job allows contributed no candidate (shown in the rationale)
+    library_notes: tuple[str, ...] = ()
     custom_allowed: bool = True
     tiers: tuple[TierPlan, ...] = ()
     trials: tuple[Trial, ...] = ()
@@ -240,6 +242,9 @@ class Decision:
     spend: Mapping[str, Mapping[str, float]] = field(hash=False)  # stage -> trials, gpu_s
     tiers: tuple[Mapping[str, Any], ...] = ()
     policy: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    #: every library candidate measured (backend, config, status, median): the first stage
+    library_trials: tuple[Mapping[str, Any], ...] = ()
+    notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         rf = self.roofline
@@ -253,6 +258,8 @@ class Decision:
             "speedup": self.speedup, "verified": self.verified,
             "spend": {k: dict(v) for k, v in self.spend.items()},
             "tiers": [dict(t) for t in self.tiers], "policy": dict(self.policy),
+            "library_trials": [dict(t) for t in self.library_trials],
+            "notes": list(self.notes),
         }
 
 
@@ -375,11 +382,13 @@ def plan(ev: Evidence) -> Plan:
     lib_eff = rf.efficiency(lib.median_us) if (rf and lib) else None
     if not skip_verdict1 and lib is not None and lib_eff is not None \
             and lib_eff >= pol.threshold:
-        return Plan(Stage.DECIDED, (Decide(_decide_library_sufficient(ev, rf, lib, lib_eff)),))
+        return Plan(Stage.DECIDED, (Decide(_with_notes(
+            ev, _decide_library_sufficient(ev, rf, lib, lib_eff))),))
     if not ev.custom_allowed:
         if lib_pending:
             return Plan(Stage.LIBRARY, (*actions, Wait("waiting for the library")))
-        return Plan(Stage.DECIDED, (Decide(_decide_no_custom(ev, rf, lib, lib_eff)),))
+        return Plan(Stage.DECIDED, (Decide(_with_notes(
+            ev, _decide_no_custom(ev, rf, lib, lib_eff))),))
 
     # custom stage
     progress = tier_progress(ev)
@@ -406,7 +415,8 @@ def plan(ev: Evidence) -> Plan:
             return Plan(Stage.VERIFY, (*actions, Verify(lib, cus, pol.verify_rounds)))
         if v.status is None:
             return Plan(Stage.VERIFY, (*actions, Wait("waiting for the verification")))
-    return Plan(Stage.DECIDED, (Decide(_decide_after_search(ev, rf, lib, cus, progress)),))
+    return Plan(Stage.DECIDED, (Decide(_with_notes(
+        ev, _decide_after_search(ev, rf, lib, cus, progress))),))
 
 
 # -- decisions -------------------------------------------------------------------------------
@@ -431,7 +441,8 @@ def _spend(ev: Evidence) -> dict[str, dict[str, float]]:
     lib, cus = ev.library, ev.custom
     v = ev.verification
     return {
-        "calibration": {"trials": 0, "gpu_s": round(ev.calibration_gpu_s, 3)},
+        "calibration": {"trials": int(ev.calibration_gpu_s > 0),
+                        "gpu_s": round(ev.calibration_gpu_s, 3)},
         "library": {"trials": sum(t.done for t in lib),
                     "gpu_s": round(sum(t.gpu_s for t in lib), 3)},
         "custom": {"trials": sum(t.done for t in cus),
@@ -439,6 +450,19 @@ def _spend(ev: Evidence) -> dict[str, dict[str, float]]:
         "verify": {"trials": int(v is not None and v.status is not None),
                    "gpu_s": round(v.gpu_s if v else 0.0, 3)},
     }
+
+
+def _library_trials(ev: Evidence) -> tuple[dict[str, Any], ...]:
+    return tuple({"candidate_id": t.id, "backend": t.backend, "config": dict(t.config),
+                  "status": t.status, "median_us": t.median_us}
+                 for t in sorted(ev.library, key=lambda t: t.id))
+
+
+def _with_notes(ev: Evidence, d: Decision) -> Decision:
+    """``d`` with the library trials listed and the evidence's notes added to its rationale."""
+    notes = tuple(ev.library_notes)
+    why = " ".join((d.rationale, *notes)) if notes else d.rationale
+    return replace(d, rationale=why, library_trials=_library_trials(ev), notes=notes)
 
 
 def _describe_roofline(rf: Roofline | None) -> str:

@@ -41,12 +41,13 @@ from search.types import (
     Task,
     config_key,
 )
+from service.library import cutlass_configs
 from service.settings import ServiceSettings
 from service.tuning import TunerPool
 
 log = logging.getLogger("kernelsearch.agent")
 
-CUBLAS, TRITON = Backend.CUBLAS.value, Backend.TRITON.value
+CUBLAS, CUTLASS, TRITON = Backend.CUBLAS.value, Backend.CUTLASS.value, Backend.TRITON.value
 Clock = Callable[[], datetime]
 
 
@@ -63,8 +64,9 @@ class AgentLoop:
         self._guard = threading.Lock()
 
     # -- entry point --------------------------------------------------------------------------
-    def advance(self, job_id: int) -> None:
-        """Plan and act until the plan no longer changes (at most a few rounds)."""
+    def advance(self, job_id: int, device: dict[str, Any] | None = None) -> None:
+        """Plan and act until the plan no longer changes (at most a few rounds). ``device`` is
+        the worker at hand (leasing or reporting); default: the model's latest worker."""
         with self._guard:
             lock = self._locks.setdefault(job_id, threading.Lock())
         with lock:
@@ -75,21 +77,23 @@ class AgentLoop:
                 now = self.clock()
                 if self._time_up(job, now):
                     self._cancel_pending(job, "time budget exhausted")
-                ev, device = self.evidence(job, now)
+                ev, dev = self.evidence(job, now, device)
                 p = agent.plan(ev)
                 with self.db.session() as s:
                     jobs.set_stage(s, job.id, str(p.stage))
-                if not self._act(job, ev, p, device, now):
+                if not self._act(job, ev, p, dev, now):
                     return
 
     # -- evidence -----------------------------------------------------------------------------
-    def evidence(self, job: JobRecord, now: datetime) -> tuple[agent.Evidence, dict[str, Any]]:
+    def evidence(self, job: JobRecord, now: datetime, device: dict[str, Any] | None = None
+                 ) -> tuple[agent.Evidence, dict[str, Any]]:
         problem = GemmProblem.from_dict(job.problem)
         policy = agent.Policy.from_dict(job.policy)
         gpu = job.bound_gpu or ""
         with self.db.read_session() as s:
-            worker = workers.latest_of_model(s, gpu)
-            device = dict(worker.device) if worker is not None else {}
+            if device is None:
+                worker = workers.latest_of_model(s, gpu)
+                device = dict(worker.device) if worker is not None else {}
             cal = calibrations.latest(s, gpu)
             calibration = (Calibration(gpu, cal.bandwidth_gbs, cal.peak_tflops, cal.env)
                            if cal is not None else None)
@@ -127,6 +131,13 @@ class AgentLoop:
             library_configs.append((CUBLAS, {}))
             if problem.dtype == "fp32" and policy.allow_tf32:
                 library_configs.append((CUBLAS, {"allow_tf32": True}))
+        library_notes: list[str] = []
+        if CUTLASS in backends:
+            found, note = cutlass_configs(problem, gpu or str(device.get("gpu_model", "")),
+                                          self.settings.cutlass_candidates)
+            library_configs += [(CUTLASS, dict(c)) for c in found]
+            if note:
+                library_notes.append(note)
         tiers = triton_gemm.tier_plans(
             problem, mode=str(device.get("mode", "")), cc=str(device.get("cc", "")),
             sm_count=int(device.get("sm_count", 0) or 0), allow_tf32=policy.allow_tf32)
@@ -135,7 +146,7 @@ class AgentLoop:
             calibration_failed=cal_done and calibration is None,
             calibration_pending=pending_cal > 0, library_backends=tuple(
                 b for b in backends if b in LIBRARY_BACKENDS),
-            library_configs=tuple(library_configs),
+            library_configs=tuple(library_configs), library_notes=tuple(library_notes),
             custom_allowed=any(b in CUSTOM_BACKENDS for b in backends), tiers=tiers,
             trials=tuple(trials), exhausted_tiers=frozenset(job.exhausted_tiers),
             verification=verification, max_trials=job.max_trials,

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -27,6 +27,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 console = Console(stderr=True)
 
 Dtype = Annotated[str, typer.Option(help="dtype of A and B: bf16, fp16, fp32")]
+Mode = Literal["agent", "force", "full"]
 
 
 def _problem(m: int, n: int, k: int, dtype: str, batch: int, layout_a: str,
@@ -59,8 +60,15 @@ def tune(
     interpret: Annotated[bool | None, typer.Option(
         help="Triton interpreter on the CPU (default: when there is no GPU)")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the result here")] = None,
+    mode: Annotated[Mode, typer.Option(
+        help="agent: stop when the library is near the roofline; force: always search custom "
+             "kernels; full: search the whole budget, no early stops")] = "agent",
+    threshold: Annotated[float, typer.Option(
+        min=0.01, max=1.0, help="library efficiency that counts as sufficient")] = 0.9,
+    allow_tf32: Annotated[bool, typer.Option(help="fp32 inputs may run in tf32")] = False,
 ) -> None:
-    """Tune one GEMM on this machine (embedded service, SQLite, local worker)."""
+    """Tune one GEMM on this machine (embedded service, SQLite, local worker): calibrate the
+    GPU once, measure the library, search custom kernels where they can pay, decide."""
     from search.types import GemmProblem, ProblemError
     from service.settings import ServiceSettings
     from workers.local import run_tuning
@@ -85,12 +93,15 @@ def tune(
             p = job.get("progress") or {}
             best = job.get("best") or {}
             text = (f"best {best['backend']} {best['median_us']:.1f} µs" if best else "")
+            text = f"[{job.get('stage') or 'queued'}] {text}"
             progress.update(task, completed=p.get("trials_done", 0),
                             total=p.get("trials_budget") or trials, best=text)
 
+        policy = {"threshold": threshold, "allow_tf32": allow_tf32,
+                  "force_custom": mode == "force", "full_search": mode == "full"}
         result = run_tuning(problem, budget, database_url=settings.database_url,
                             backends=backends.split(","), interpret=interpret,
-                            on_progress=show, settings=settings)
+                            on_progress=show, settings=settings, policy=policy)
     _print_result(result)
     if json_out is not None:
         json_out.write_text(json.dumps({"job": result.job, "best": result.best,
@@ -113,13 +124,24 @@ def _print_result(result: Any) -> None:
             table.add_row(label, "—", "—", "—", "—")
     out = Console()
     out.print(table)
-    if lib and best:
+    decision = job.get("decision")
+    if decision:
+        spend = decision.get("spend") or {}
+        gpu_s = ", ".join(f"{k} {v.get('trials', 0)} trials {v.get('gpu_s', 0):.1f} s"
+                          for k, v in spend.items())
+        out.print(f"[bold]verdict: {decision['verdict']}[/bold] (chose the {decision['chosen']}"
+                  f" kernel, {decision.get('speedup') or 1:.3f}x over the library; "
+                  f"{'verified interleaved' if decision.get('verified') else 'not re-measured'})")
+        out.print(f"why: {decision['rationale']}")
+        out.print(f"spent: {gpu_s}")
+    elif lib and best:
         out.print(f"speed-up over cuBLAS: {lib['median_us'] / best['median_us']:.3f}x")
     progress = job.get("progress") or {}
     out.print(f"job {job['id']} {job['status']}: {progress.get('trials_done')} trials in "
               f"{result.wall_s:.1f} s; stored in {result.database_url}")
-    if best:
-        out.print(f"winning config: {json.dumps(best.get('config'))}")
+    chosen = (decision or {}).get("config") if decision else (best or {}).get("config")
+    if decision or best:
+        out.print(f"chosen config: {json.dumps(chosen)}")
     if job.get("error"):
         out.print(f"[red]error: {job['error']}")
 

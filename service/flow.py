@@ -31,6 +31,7 @@ from db.records import (
 )
 from search.agent import Policy
 from search.types import (
+    LIBRARY_BACKENDS,
     SERVED_DTYPES,
     Backend,
     Candidate,
@@ -176,7 +177,7 @@ class Flow:
                 job = self._bind(job, device, now)
                 if job is None:
                     continue
-            self.agent.advance(job.id)
+            self.agent.advance(job.id, worker.device)
             usable = [b for b in job.bound_backends or () if b in device.backends]
             usable += [t.value for t in Task]
             with self.db.session() as s:
@@ -242,7 +243,7 @@ class Flow:
                 self.agent.with_tuner(job, cand.tier,
                                       lambda t, trial=trial, m=measurement: t.record(trial, m))
         for job_id in sorted(touched):
-            self.agent.advance(job_id)
+            self.agent.advance(job_id, worker.device)
         return ReportOutcome(accepted, rejected)
 
     def expire_stale(self) -> None:
@@ -287,7 +288,7 @@ class Flow:
         if job is None:
             raise NotFound(f"job {job_id} not found")
         return JobState(job, cands.job_counts(s, job_id), measurements.job_best(s, job_id),
-                        measurements.job_best(s, job_id, CUBLAS),
+                        measurements.job_best(s, job_id, LIBRARY_BACKENDS),
                         measurements.job_best(s, job_id, TRITON), now,
                         decisions.of_job(s, job_id))
 

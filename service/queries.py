@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from db import decisions, jobs, measurements
 from db.engine import Database
 from db.records import DecisionRecord, MeasurementRecord, ProblemRecord
-from search.types import Backend, GemmProblem
+from search.types import LIBRARY_BACKENDS, GemmProblem
 from service.errors import NotFound
 
 
@@ -35,7 +35,7 @@ def find_best(db: Database, problem: GemmProblem, gpu: str | None) -> BestAnswer
             where = gpu or "any GPU"
             raise NotFound(f"no measurements for gemm {problem.describe()} "
                            f"({problem.key()}) on {where}: submit a job with POST /v1/jobs")
-        library = measurements.problem_best(s, record.id, gpu_model, Backend.CUBLAS.value)
+        library = measurements.problem_best(s, record.id, gpu_model, LIBRARY_BACKENDS)
         decision = decisions.current(s, record.id, gpu_model)
         if decision is not None:
             pick = (decision.evidence.get(decision.chosen) or {}).get("candidate_id")

@@ -18,7 +18,11 @@ from search.types import GemmProblem, Status
 MAX_DIM = 2**31 - 1
 MAX_ID = 2**63 - 1
 MAX_SECONDS = 30 * 24 * 3600.0
-BACKENDS = ("cublas", "triton")
+#: Backends a job may use, and its default: all of them (a worker that lacks one, CUTLASS on a
+#: GPU that is not sm_90 say, is simply never handed its candidates).
+BACKENDS = ("cublas", "cutlass", "triton")
+#: What a worker that does not say is assumed to run.
+DEVICE_BACKENDS = ("cublas", "triton")
 
 
 def _no_nul(value: str) -> str:
@@ -58,7 +62,7 @@ Id = Annotated[int, Field(strict=True, ge=1, le=MAX_ID)]
 #: A measured quantity: non-negative; NaN or infinity (a broken kernel) arrives as null.
 Measure = Annotated[Annotated[float, Field(ge=0)] | None, BeforeValidator(_finite_or_none)]
 Duration = Annotated[Annotated[float, Field(gt=0)] | None, BeforeValidator(_finite_or_none)]
-Backend = Literal["cublas", "triton"]
+Backend = Literal["cublas", "cutlass", "triton"]
 
 
 class _In(BaseModel):
@@ -205,6 +209,10 @@ class DecisionOut(BaseModel):
     custom: dict[str, Any] | None
     spend: dict[str, Any] = Field(description="trials and GPU-seconds per stage")
     tiers: list[dict[str, Any]]
+    library_trials: list[dict[str, Any]] = Field(
+        [], description="every library candidate measured (cuBLAS, CUTLASS ops): backend, "
+                        "config, status, median_us")
+    notes: list[str] = Field([], description="why an allowed library backend was skipped")
     policy: dict[str, Any]
     env: dict[str, Any]
     created_at: datetime
@@ -329,7 +337,8 @@ class DeviceIn(BaseModel):
     cuda: Annotated[Text, Field(max_length=100)] = ""
     torch: Annotated[Text, Field(max_length=100)] = ""
     triton: Annotated[Text, Field(max_length=100)] = ""
-    backends: list[Backend] = Field(default_factory=lambda: list(BACKENDS), max_length=8)
+    backends: list[Backend] = Field(default_factory=lambda: list(DEVICE_BACKENDS),
+                                    max_length=8)
 
 
 class RegisterIn(_In):

@@ -21,6 +21,9 @@ class ServiceSettings(BaseSettings):
     lease_seconds: float = Field(120.0, gt=0, description="a lease expires unless renewed")
     max_attempts: int = Field(3, ge=1, description="expired leases before a candidate fails")
     window: int = Field(16, ge=1, le=1024, description="outstanding candidates per job")
+    cutlass_candidates: int = Field(
+        6, ge=0, le=64, description="CUTLASS library candidates a job measures (its best-ranked"
+        " ops at default knobs); 0: none")
     worker_token: str | None = Field(
         None, description="if set, worker endpoints require 'Authorization: Bearer <token>'")
     max_problem_bytes: int = Field(64 << 30, ge=1, description="operand bytes a job may need")

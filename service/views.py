@@ -63,6 +63,7 @@ def decision_out(d: DecisionRecord) -> DecisionOut:
         efficiency_custom=cus.get("efficiency") if cus else None, verified=d.verified,
         rationale=d.rationale, library=lib, custom=cus, spend=ev.get("spend") or {},
         tiers=list(ev.get("tiers") or []), policy=ev.get("policy") or {}, env=d.env,
+        library_trials=list(ev.get("library_trials") or []), notes=list(ev.get("notes") or []),
         created_at=d.created_at, superseded_at=d.superseded_at,
         current=d.superseded_at is None)
 

@@ -5,15 +5,18 @@ Torch and triton are imported inside the functions, so importing this module sta
 
 from __future__ import annotations
 
+import logging
 import platform
 import socket
 import subprocess
 from functools import cache
 from typing import Any
 
-from search.types import INTERPRETER_GPU, Device
+from search.types import INTERPRETER_GPU, Backend, Device
 
-__all__ = ["detect_device", "environment", "nvidia_smi"]
+__all__ = ["cutlass_unavailable", "detect_device", "environment", "nvidia_smi"]
+
+log = logging.getLogger("kernelsearch.worker")
 
 
 def nvidia_smi(*fields: str, index: int = 0, timeout_s: float = 10.0) -> list[str] | None:
@@ -41,6 +44,24 @@ def _versions() -> tuple[str, str]:
     return torch.__version__, triton_version
 
 
+def cutlass_unavailable(cc: str) -> str | None:
+    """Why this worker cannot run CUTLASS candidates (``None``: it can): the generated kernels
+    are sm_90a, so the GPU must be compute capability 9.x; enumerating needs the ``cutlass``
+    extra (``cutlass_library``) and building needs a working nvcc."""
+    if not cc.startswith("9."):
+        return f"the CUTLASS kernels are sm_90a and this GPU is compute capability {cc or '?'}"
+    from kernel_templates import cutlass as kc
+
+    missing = kc.cutlass_available()
+    if missing:
+        return missing
+    try:
+        kc.toolchain()
+    except kc.CompileError as exc:
+        return str(exc).splitlines()[0]
+    return None
+
+
 def detect_device(interpret: bool | None = None) -> Device:
     """The device a worker benchmarks on.
 
@@ -60,17 +81,25 @@ def detect_device(interpret: bool | None = None) -> Device:
     props = torch.cuda.get_device_properties(idx)
     smem = getattr(props, "shared_memory_per_block_optin", 0) or 0
     driver = nvidia_smi("driver_version", index=idx)
+    cc = f"{props.major}.{props.minor}"
+    backends = [Backend.CUBLAS.value, Backend.TRITON.value]
+    why = cutlass_unavailable(cc)
+    if why is None:
+        backends.insert(1, Backend.CUTLASS.value)
+    else:
+        log.info("not offering cutlass: %s", why)
     return Device(
         gpu_model=torch.cuda.get_device_name(idx),
         mode="cuda",
         sm_count=props.multi_processor_count,
-        cc=f"{props.major}.{props.minor}",
+        cc=cc,
         smem_per_block=int(smem),
         memory_bytes=int(props.total_memory),
         driver=driver[0] if driver else "",
         cuda=torch.version.cuda or "",
         torch=torch_version,
         triton=triton_version,
+        backends=tuple(backends),
     )
 
 

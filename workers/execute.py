@@ -79,14 +79,29 @@ def classify(exc: BaseException) -> Status:
             return Status.COMPILE_ERROR
     except ImportError:  # pragma: no cover
         pass
+    from kernel_templates.cutlass.compile import CompileError as CutlassCompileError
+
+    if isinstance(exc, CutlassCompileError):
+        return Status.COMPILE_ERROR
     text = f"{type(exc).__name__}: {exc}".lower()
     if any(marker in text for marker in _STICKY_MARKERS):
         return Status.CRASHED
+    if _is_cutlass_launch_error(exc):
+        return Status.LAUNCH_ERROR
     if "out of memory" in text:
         return Status.OOM
     if isinstance(exc, NotImplementedError):
         return Status.UNSUPPORTED
     return Status.LAUNCH_ERROR
+
+
+def _is_cutlass_launch_error(exc: BaseException) -> bool:
+    """A CUTLASS launcher returned a non-zero ``cutlass::Status`` (``CutlassError``)."""
+    try:
+        from kernel_templates.cutlass.runtime import CutlassError
+    except ImportError:  # pragma: no cover - torch is always there in a worker
+        return False
+    return isinstance(exc, CutlassError)
 
 
 def _failure(status: Status, exc: BaseException | str, env: dict[str, Any],
@@ -145,6 +160,7 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
             return _failure(Status.INVALID, "; ".join(reasons), env)
 
     compile_s: float | None = None
+    t0: float | None = None
     try:
         import torch
 
@@ -158,9 +174,10 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
             torch.backends.cuda.matmul.allow_tf32 = False
         sets = [make_inputs(cand.problem, device, seed + i)
                 for i in range(_n_sets(opts, cand, cuda))]
-        calls = [make_callable(cand, s) for s in sets]
-        # First call: compiles (Triton JIT or cuBLAS heuristics) and is the correctness run.
+        # compile_s: making the callables (a CUTLASS op not yet built is compiled here) and
+        # the first call (Triton JIT, cuBLAS heuristics), which is also the correctness run.
         t0 = time.perf_counter()
+        calls = [make_callable(cand, s) for s in sets]
         calls[0]()
         if cuda:
             torch.cuda.synchronize()
@@ -172,7 +189,10 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
                             env, rel_error=err, compile_s=compile_s)
         timing = _bench(opts, cuda)(calls)
     except Exception as exc:  # noqa: BLE001 - a candidate's failure is data
-        return _failure(classify(exc), exc, env, compile_s=compile_s)
+        status = classify(exc)
+        if compile_s is None and status == Status.COMPILE_ERROR and t0 is not None:
+            compile_s = time.perf_counter() - t0  # the time the failed compile took
+        return _failure(status, exc, env, compile_s=compile_s)
     return Measurement(status=Status.OK, median_us=timing.median_us, p20_us=timing.p20_us,
                        p80_us=timing.p80_us, reps=timing.reps, rel_error=err,
                        compile_s=compile_s, bench_s=timing.bench_s,

@@ -15,9 +15,12 @@ This module imports neither torch nor triton: the parent stays light.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import logging
 import multiprocessing as mp
 import os
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -27,7 +30,9 @@ from typing import Any
 from search.types import Candidate, Measurement, Status
 from workers.execute import STICKY
 
-__all__ = ["IsolatedRunner", "load_target", "prepare"]
+__all__ = ["IsolatedRunner", "load_target", "prepare", "prepare_cutlass"]
+
+log = logging.getLogger("kernelsearch.worker")
 
 DEFAULT_TARGET = "workers.execute:execute"
 DEFAULT_PRELOAD = ("torch", "triton")
@@ -101,6 +106,8 @@ class IsolatedRunner:
         self._proc: Any = None
         self._conn: Connection | None = None
         self._pool: Any = None  # compile pool, started on the first prepare() and kept
+        # CUTLASS ops built by prepare(): op name -> (nvcc seconds to charge, error or None)
+        self._cutlass: dict[str, tuple[float, str | None]] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
     def __enter__(self) -> IsolatedRunner:
@@ -159,7 +166,25 @@ class IsolatedRunner:
 
     # -- work ---------------------------------------------------------------------------------
     def run(self, candidate: Candidate) -> Measurement:
-        """Measure ``candidate`` in the child; a death is ``crashed``, silence is ``timeout``."""
+        """Measure ``candidate`` in the child; a death is ``crashed``, silence is ``timeout``.
+
+        A CUTLASS candidate whose op failed to compile in ``prepare`` is ``compile_error``
+        without a trip to the child (it would only run nvcc again); one that ``prepare`` built
+        is charged its share of the nvcc seconds in ``compile_s``."""
+        prepared = None
+        if candidate.backend == "cutlass":
+            op = str(candidate.config.get("op"))
+            prepared = self._cutlass.get(op)
+            if prepared is not None and prepared[1] is not None:  # kept: its twins fail too
+                return Measurement(status=Status.COMPILE_ERROR, error=prepared[1][-4000:],
+                                   compile_s=prepared[0] or None, env={"stage": "prepare"})
+            self._cutlass.pop(op, None)  # nvcc seconds are charged to the first candidate
+        m = self._run(candidate)
+        if prepared is not None and prepared[0] > 0:
+            m = dataclasses.replace(m, compile_s=(m.compile_s or 0.0) + prepared[0])
+        return m
+
+    def _run(self, candidate: Candidate) -> Measurement:
         self.start()
         assert self._conn is not None and self._proc is not None
         proc, conn = self._proc, self._conn
@@ -195,22 +220,36 @@ class IsolatedRunner:
 
     def prepare(self, candidates: Iterable[Candidate], processes: int | None = None,
                 timeout_s: float = 600.0) -> int:
-        """Compile a batch's Triton kernels ahead, in parallel (see ``prepare``).
+        """Compile a batch's kernels ahead, in parallel: Triton configs in the compile pool
+        (see ``prepare``) while the batch's CUTLASS ops build with parallel nvcc processes
+        (``prepare_cutlass``) in a thread. Returns how many kernels were made ready.
 
         The pool is started once and kept for the runner's life: spawning processes that
         import torch and create a CUDA context costs seconds, which per batch was a third of
         a 64-trial tuning run on the H100.
         """
-        todo = _triton_dicts(candidates)
-        if self.interpret or not todo:
+        candidates = list(candidates)
+        if self.interpret:
             return 0
-        if self._pool is None:
-            n = processes or max(1, min(8, (os.cpu_count() or 2) - 2))
-            self._pool = self._ctx.Pool(processes=n, maxtasksperchild=64)
-        done = _compile_all(self._pool, todo, timeout_s)
-        if done is None:  # timed out: the pool is gone, the next batch starts a fresh one
-            self._pool = None
-        return done or 0
+        built: dict[str, tuple[float, str | None]] = {}
+        cutlass = None
+        if any(c.backend == "cutlass" for c in candidates):
+            cutlass = threading.Thread(target=lambda: built.update(prepare_cutlass(candidates)),
+                                       name="cutlass-build", daemon=True)
+            cutlass.start()
+        done: int | None = 0
+        todo = _triton_dicts(candidates)
+        if todo:
+            if self._pool is None:
+                n = processes or max(1, min(8, (os.cpu_count() or 2) - 2))
+                self._pool = self._ctx.Pool(processes=n, maxtasksperchild=64)
+            done = _compile_all(self._pool, todo, timeout_s)
+            if done is None:  # timed out: the pool is gone, the next batch starts a fresh one
+                self._pool = None
+        if cutlass is not None:
+            cutlass.join()
+            self._cutlass.update(built)
+        return (done or 0) + sum(1 for _, err in built.values() if err is None)
 
 
 # -- compile-cache warming --------------------------------------------------------------------
@@ -244,6 +283,41 @@ def prepare(candidates: Iterable[Candidate], interpret: bool = False, processes:
     ctx = mp.get_context("spawn")
     with ctx.Pool(processes=min(processes, len(todo)), maxtasksperchild=16) as pool:
         return _compile_all(pool, todo, timeout_s) or 0
+
+
+def prepare_cutlass(candidates: Iterable[Candidate], jobs: int | None = None
+                    ) -> dict[str, tuple[float, str | None]]:
+    """Build the CUTLASS ops of ``candidates`` (each unique op once) into the artifact cache
+    with parallel nvcc (``kernel_templates.cutlass.build``), so the benchmark child only loads
+    them. Returns op name -> (nvcc seconds to charge to its first candidate: its share of its
+    file's compile, 0 when found in the cache; the compile error's text or None). Never raises:
+    an op it cannot look up, or a missing toolchain, is left for the child to classify."""
+    names = list(dict.fromkeys(str(c.config.get("op")) for c in candidates
+                               if c.backend == "cutlass" and c.config.get("op")))
+    if not names:
+        return {}
+    try:
+        from kernel_templates import cutlass as kc
+
+        ops = []
+        for name in names:
+            try:
+                ops.append(kc.op_by_name(name))
+            except KeyError:
+                continue  # not an op of this CUTLASS version: the child says INVALID
+        t0 = time.perf_counter()
+        result = kc.build(ops, jobs=jobs)
+    except Exception as exc:  # noqa: BLE001 - no nvcc, no cutlass_library: the child reports
+        log.warning("building CUTLASS ops ahead failed: %s", exc)
+        return {}
+    out: dict[str, tuple[float, str | None]] = {}
+    for name, art in result.artifacts.items():
+        out[name] = (0.0 if art.cached else art.compile_s / max(1, len(art.ops)), None)
+    for name, err in result.errors.items():
+        out[name] = (0.0, str(err))
+    log.info("CUTLASS: %d op(s) ready, %d failed, %d compiled in %.1f s", len(result.artifacts),
+             len(result.errors), result.compiled, time.perf_counter() - t0)
+    return out
 
 
 def _triton_dicts(candidates: Iterable[Candidate]) -> list[dict[str, Any]]:

@@ -36,7 +36,8 @@ def run_tuning(problem: dict[str, Any], budget: dict[str, Any], *, database_url:
                backends: list[str] | None = None, interpret: bool | None = None,
                batch: int = 8, candidate_timeout_s: float = 180.0,
                on_progress: Callable[[dict[str, Any]], None] | None = None,
-               poll_s: float = 0.5, settings: ServiceSettings | None = None) -> TuningResult:
+               poll_s: float = 0.5, settings: ServiceSettings | None = None,
+               policy: dict[str, Any] | None = None) -> TuningResult:
     """Tune ``problem`` on this machine's GPU (or the interpreter) and return the final job."""
     settings = settings or ServiceSettings(database_url=database_url)
     device = detect_device(interpret)
@@ -44,7 +45,7 @@ def run_tuning(problem: dict[str, Any], budget: dict[str, Any], *, database_url:
     with EmbeddedServer(settings) as server:
         client = KernelSearchClient(server.url, token=settings.worker_token)
         job = client.submit_job(problem, budget=budget, backends=backends,
-                                gpu=device.gpu_model)
+                                gpu=device.gpu_model, policy=policy)
         stop = threading.Event()
         with IsolatedRunner(interpret=device.mode != "cuda",
                             timeout_s=candidate_timeout_s) as runner:

@@ -20,11 +20,19 @@ def test_interpreter_job_end_to_end(database_url: str) -> None:
     problem = {"kind": "gemm", "m": 64, "n": 48, "k": 80, "dtype": "fp16"}
     settings = ServiceSettings(database_url=database_url, lease_seconds=60)
     seen: list[dict] = []
+    # Forced custom stage: on a CPU the library's verdict depends on the machine's load, and
+    # this test is about the whole path (calibration, library, search, decision) running.
+    force = {"force_custom": True}
     result = run_tuning(problem, {"max_trials": 3}, database_url=database_url, interpret=True,
-                        batch=2, settings=settings, on_progress=seen.append, poll_s=0.2)
+                        batch=2, settings=settings, on_progress=seen.append, poll_s=0.2,
+                        policy=force)
     job = result.job
     assert job["status"] == "done", job
     assert job["progress"]["trials_done"] == 3
+    decision = job["decision"]
+    assert decision["verdict"] in ("custom_wins", "library_wins_after_search")
+    assert decision["spend"]["calibration"]["gpu_s"] > 0  # a real (CPU) calibration ran
+    assert decision["attainable_us"] > 0 and decision["spend"]["custom"]["trials"] == 3
     assert result.gpu_model == INTERPRETER_GPU == job["gpu"]
     assert job["library_best"]["backend"] == "cublas"
     assert job["custom_best"]["backend"] == "triton"
@@ -38,7 +46,7 @@ def test_interpreter_job_end_to_end(database_url: str) -> None:
 
     # A second job for the same shape reuses the problem row and never re-measures a config.
     again = run_tuning(problem, {"max_trials": 2}, database_url=database_url, interpret=True,
-                       batch=2, settings=settings, poll_s=0.2)
+                       batch=2, settings=settings, poll_s=0.2, policy=force)
     assert again.job["status"] == "done"
     assert again.job["problem_id"] == job["problem_id"]
     cfgs = [c for c in (job["custom_best"]["config"], again.job["custom_best"]["config"])]

@@ -253,3 +253,24 @@ def test_patience_ends_a_stalled_tier_and_stop_tier_cancels_its_pending() -> Non
     assert any(isinstance(a, StopTier) and a.tier == "tiles" for a in p.actions)
     search = p.actions[-1]
     assert isinstance(search, Search) and search.tier == "split_k" and search.n == 20 - 5
+
+
+def test_library_notes_reach_the_rationale_and_every_library_trial_is_listed() -> None:
+    cal = Calibration("gpu", 3000.0, {"bf16": 800.0, "fp16": 800.0, "fp32": 50.0})
+    p = GemmProblem(4096, 4096, 4096)
+    rf = roofline(p, cal)
+    cut = {"op": "cutlass3x_x", "raster": "heuristic", "swizzle": 1, "splits": 1}
+    ev = Evidence(problem=p, policy=POLICY, calibration=cal,
+                  library_configs=(("cublas", {}), ("cutlass", cut)),
+                  library_notes=("CUTLASS skipped: a reason.",),
+                  trials=(Trial(1, "cublas", {}, None, "ok", rf.attainable_us * 2),
+                          Trial(2, "cutlass", cut, None, "ok", rf.attainable_us / 0.95)),
+                  custom_allowed=False)
+    d = plan(ev).actions[-1]
+    assert isinstance(d, Decide)
+    d = d.decision
+    assert d.library.backend == "cutlass" and d.verdict == Verdict.LIBRARY_SUFFICIENT
+    assert d.rationale.endswith("CUTLASS skipped: a reason.")
+    out = d.to_dict()
+    assert [t["backend"] for t in out["library_trials"]] == ["cublas", "cutlass"]
+    assert out["notes"] == ["CUTLASS skipped: a reason."]

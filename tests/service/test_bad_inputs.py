@@ -41,7 +41,7 @@ BAD_JOBS: list[tuple[Any, str]] = [
     (job(budget={"max_seconds": -1}), "max_seconds"),
     (job(budget={"max_seconds": 1e308}), "max_seconds"),
     (job(budget={"max_trials": 4, "max_minutes": 1}), "max_minutes"),
-    (job(budget=5), "budget"), (job(backends=["cutlass"]), "backends"),
+    (job(budget=5), "budget"), (job(backends=["rocblas"]), "backends"),
     (job(backends=[]), "backends"), (job(backends="triton"), "backends"),
     (job(gpu=""), "gpu"), (job(gpu="x" * 500), "gpu"), (job(seed=-1), "seed"),
     (job(seed=2**64), "seed"), (job(priority=1), "priority"),

@@ -43,7 +43,7 @@ def test_statically_infeasible_is_invalid() -> None:
 
 
 def test_unsupported() -> None:
-    assert run("cutlass", {}).status == Status.UNSUPPORTED
+    assert run("rocblas", {}).status == Status.UNSUPPORTED
     fp8 = GemmProblem(m=16, n=32, k=32, dtype="fp8_e4m3")
     assert run("triton", GOOD, problem=fp8).status == Status.UNSUPPORTED
 
@@ -84,3 +84,27 @@ def test_gpu_statuses() -> None:
     # ... and when the static check is skipped the compiler's refusal is classified too.
     m = run("triton", huge, problem=p, check_constraints=False)
     assert m.status in (Status.INVALID, Status.COMPILE_ERROR), m.error
+
+
+# -- cutlass ----------------------------------------------------------------------------------
+CUTLASS_CFG = {"op": "none", "raster": "heuristic", "swizzle": 1, "splits": 1}
+
+
+def test_cutlass_is_a_clear_status_never_an_exception() -> None:
+    m = run("cutlass", CUTLASS_CFG)
+    if OPTS["interpret"]:
+        assert m.status == Status.UNSUPPORTED and "CUDA GPU" in m.error, m.error
+    else:  # a GPU host: the made-up op is refused before anything compiles
+        assert m.status in (Status.INVALID, Status.UNSUPPORTED), m.error
+    fp32 = run("cutlass", CUTLASS_CFG, problem=GemmProblem(m=32, n=32, k=32, dtype="fp32"))
+    assert fp32.status == Status.UNSUPPORTED and "tf32" in fp32.error
+
+
+def test_cutlass_errors_are_classified() -> None:
+    from kernel_templates.cutlass import CompileError
+
+    assert classify(CompileError("nvcc failed (1) for 1 op(s): x")) == Status.COMPILE_ERROR
+    assert classify(CompileError("nvcc is not usable")) == Status.COMPILE_ERROR
+    from kernel_templates.cutlass.runtime import CutlassError
+
+    assert classify(CutlassError("op", 7, "launch")) == Status.LAUNCH_ERROR

@@ -82,3 +82,46 @@ def test_real_execute_in_cuda_child() -> None:
             assert m.env["mode"] == "cuda" and m.env["timing"] == "cuda-events"
             assert m.reps >= 10 and 1.0 < m.median_us < 1000.0
         assert r.spawned == 1
+
+
+def test_prepare_builds_each_cutlass_op_once_then_charges_or_fails_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    from kernel_templates import cutlass as kc
+    from kernel_templates.cutlass.compile import Artifact, BuildResult, CompileError
+
+    built: list[list[str]] = []
+
+    def fake_build(ops, cache=None, *, jobs=None, **_kw):  # FAKE nvcc: two ok, one broken
+        built.append(list(ops))
+        r = BuildResult()
+        art = Artifact(key="k", path=Path("/nowhere"), ops=("good", "good2"), compile_s=30.0,
+                       cached=False)
+        r.artifacts.update(good=art, good2=art)
+        r.errors["bad"] = CompileError("nvcc failed (1) for 1 op(s): bad", ["bad"], "error: boom")
+        return r
+
+    monkeypatch.setattr(kc, "build", fake_build)
+    monkeypatch.setattr(kc, "op_by_name", lambda name: name)
+
+    def cut(op: str, swizzle: int = 1) -> Candidate:
+        return Candidate(problem=P, backend="cutlass",
+                         config={"op": op, "raster": "heuristic", "swizzle": swizzle, "splits": 1})
+
+    batch = [cut("good"), cut("good", 2), cut("good2"), cut("bad"), cut("bad", 2)]
+    runner = IsolatedRunner(interpret=False, timeout_s=5.0, target=TARGET, preload=())
+    try:
+        assert runner.prepare(batch) == 2
+        assert built == [["good", "good2", "bad"]]  # unique ops, one parallel build
+        first, twin = runner.run(batch[0]), runner.run(batch[1])
+        assert first.status == twin.status == Status.OK
+        assert first.compile_s == pytest.approx(15.0)  # its half of the file's 30 s
+        assert twin.compile_s is None  # charged once
+        spawned = runner.spawned
+        for c in batch[3:]:
+            m = runner.run(c)
+            assert m.status == Status.COMPILE_ERROR and "boom" in m.error
+        assert runner.spawned == spawned  # no trip to the child to run nvcc again
+    finally:
+        runner.close()

@@ -1,0 +1,210 @@
+"""Decision-loop benchmark (a GPU run on purpose, not a test).
+
+For each shape of the public GEMM file, two runs through the embedded service and one local
+worker, each in its own fresh SQLite database (so neither reuses the other's measurements):
+
+* **agent**: the default policy: calibrate once, measure the library, search custom tiers only
+  where the library is under the roofline threshold, stop tiers early, verify interleaved;
+* **full**: the same tiers and budget with every early stop disabled (``full_search``).
+
+Per shape it reports the verdict, the GPU-seconds each run spent (compile + benchmark seconds
+of every measurement, the calibration listed apart since it is paid once per GPU model) and
+the final speed-up over cuBLAS of each, and checks the issue's targets: where the full search
+cannot beat cuBLAS by more than noise, the agent spends <= 25% of its GPU time; where it can,
+the agent's speed-up is within 3% of the full search's. Writes JSON, Markdown and the
+calibration (for the CPU replay tests).
+
+    python3 scripts/bench_agent.py --shapes docs/benchmarks/gemm_public.json --trials 32 \
+        --out /tmp/agent [--only 0,4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from search.types import SERVED_DTYPES  # noqa: E402
+from service.client import KernelSearchClient  # noqa: E402
+from service.embedded import EmbeddedServer  # noqa: E402
+from service.settings import ServiceSettings  # noqa: E402
+from workers.device import detect_device  # noqa: E402
+from workers.isolation import IsolatedRunner  # noqa: E402
+from workers.loop import WorkerLoop  # noqa: E402
+
+FINISHED = ("done", "failed", "cancelled")
+
+
+class Session:
+    """One embedded service (fresh SQLite file) with one local worker for a whole run."""
+
+    def __init__(self, db: Path, interpret: bool) -> None:
+        self.settings = ServiceSettings(database_url=f"sqlite:///{db}")
+        self.server = EmbeddedServer(self.settings)
+        self.interpret = interpret
+
+    def __enter__(self) -> Session:
+        self.server.__enter__()
+        self.client = KernelSearchClient(self.server.url, token=self.settings.worker_token)
+        self.device = detect_device(self.interpret)
+        self.runner = IsolatedRunner(interpret=self.device.mode != "cuda", timeout_s=180.0)
+        self.runner.__enter__()
+        self.loop = WorkerLoop(self.client, self.runner, self.device, batch=8, poll_s=0.2)
+        self.loop.register()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.loop.run, args=(self.stop,), daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=300)
+        self.runner.__exit__(None, None, None)
+        self.server.__exit__(None, None, None)
+
+    def run(self, problem: dict[str, Any], trials: int, policy: dict[str, Any],
+            timeout_s: float) -> dict[str, Any]:
+        job = self.client.submit_job(problem, budget={"max_trials": trials}, policy=policy,
+                                     gpu=self.device.gpu_model)
+        t0 = time.monotonic()
+        while job["status"] not in FINISHED:
+            if time.monotonic() - t0 > timeout_s:
+                self.client.cancel_job(job["id"])
+                job = self.client.get_job(job["id"])
+                break
+            time.sleep(0.2)
+            job = self.client.get_job(job["id"])
+        job["wall_s"] = time.monotonic() - t0
+        return job
+
+
+def gpu_s(decision: dict[str, Any] | None, *, with_calibration: bool = False) -> float:
+    spend = (decision or {}).get("spend") or {}
+    return sum(float(v.get("gpu_s", 0.0)) for k, v in spend.items()
+               if with_calibration or k != "calibration")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", required=True)
+    ap.add_argument("--trials", type=int, default=32)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="", help="comma-separated shape indices")
+    ap.add_argument("--timeout", type=float, default=300.0, help="per job, seconds")
+    ap.add_argument("--interpret", action="store_true", help="CPU smoke run (no GPU numbers)")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    shapes = json.loads(Path(args.shapes).read_text())["shapes"]
+    only = {int(i) for i in args.only.split(",") if i.strip()}
+    picked = [(i, s) for i, s in enumerate(shapes) if not only or i in only]
+    rows: list[dict[str, Any]] = []
+    jobs: dict[str, dict[int, dict[str, Any]]] = {"agent": {}, "full": {}}
+    calibration: dict[str, Any] | None = None
+    started = datetime.now(UTC)
+    for mode in ("agent", "full"):
+        with Session(out / f"{mode}.db", interpret=args.interpret) as session:
+            for i, shape in picked:
+                problem = {"kind": "gemm", "m": shape["m"], "n": shape["n"], "k": shape["k"],
+                           "dtype": shape.get("dtype", "bf16")}
+                if problem["dtype"] not in SERVED_DTYPES:
+                    continue
+                # fp32 inputs: the public file allows tf32 by policy
+                policy = {"allow_tf32": problem["dtype"] == "fp32",
+                          "full_search": mode == "full"}
+                job = session.run(problem, args.trials, policy, args.timeout)
+                jobs[mode][i] = job
+                d = job.get("decision") or {}
+                print(f"[{mode}] {i} {problem['m']}x{problem['n']}x{problem['k']} "
+                      f"{problem['dtype']}: {job['status']} {d.get('verdict')} "
+                      f"speedup {d.get('speedup')} gpu_s {gpu_s(d):.2f} wall {job['wall_s']:.1f}",
+                      flush=True)
+            if mode == "agent":
+                cals = session.client._request("GET", "/v1/calibrations")["items"]
+                calibration = cals[0] if cals else None
+    for i, shape in picked:
+        dtype = shape.get("dtype", "bf16")
+        row: dict[str, Any] = {"index": i, "shape": f"{shape['m']}x{shape['n']}x{shape['k']}",
+                               "dtype": dtype, "class": shape.get("class", "")}
+        if dtype not in SERVED_DTYPES:
+            row["note"] = f"not served: no backend serves {dtype} inputs yet"
+            rows.append(row)
+            continue
+        a, f = jobs["agent"].get(i, {}), jobs["full"].get(i, {})
+        da, df = a.get("decision") or {}, f.get("decision") or {}
+        row.update({
+            "agent_verdict": da.get("verdict"), "full_verdict": df.get("verdict"),
+            "agent_speedup": da.get("speedup"), "full_speedup": df.get("speedup"),
+            "agent_gpu_s": gpu_s(da), "full_gpu_s": gpu_s(df),
+            "agent_trials": (da.get("spend") or {}).get("custom", {}).get("trials"),
+            "full_trials": (df.get("spend") or {}).get("custom", {}).get("trials"),
+            "agent_wall_s": a.get("wall_s"), "full_wall_s": f.get("wall_s"),
+            "efficiency_library": da.get("efficiency_library"), "bound": da.get("bound"),
+            "agent_rationale": da.get("rationale"), "full_rationale": df.get("rationale"),
+            "agent_status": a.get("status"), "full_status": f.get("status"),
+        })
+        ratio = row["agent_gpu_s"] / row["full_gpu_s"] if row["full_gpu_s"] else None
+        row["gpu_ratio"] = ratio
+        if df.get("verdict") == "custom_wins":
+            row["target"] = "speed-up within 3% of full"
+            row["met"] = bool(da.get("speedup") and df.get("speedup")
+                              and da["speedup"] >= 0.97 * df["speedup"])
+        else:
+            row["target"] = "GPU time <= 25% of full"
+            row["met"] = ratio is not None and ratio <= 0.25
+        rows.append(row)
+    import torch
+    import triton
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu-interpreter"
+    meta = {"date": started.isoformat(timespec="seconds"), "gpu": gpu,
+            "torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
+            "python": platform.python_version(), "trials": args.trials,
+            "calibration": calibration}
+    (out / "agent_bench.json").write_text(json.dumps(
+        {"meta": meta, "rows": rows, "jobs": jobs}, indent=1, default=str))
+    if calibration is not None:
+        (out / "h100_calibration.json").write_text(json.dumps(calibration, indent=1))
+    (out / "agent_bench.md").write_text(render(meta, rows))
+    print(render(meta, rows))
+
+
+def _f(v: Any, fmt: str = "{:.2f}") -> str:
+    return "—" if v is None else fmt.format(v)
+
+
+def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    cal = meta.get("calibration") or {}
+    lines = [f"Decision loop vs full search — {meta['gpu']}, torch {meta['torch']}, CUDA "
+             f"{meta['cuda']}, triton {meta['triton']}, {meta['date']}, budget "
+             f"{meta['trials']} custom trials per shape", "",
+             f"Calibration (once per GPU model): copy {_f(cal.get('bandwidth_gbs'), '{:.0f}')} "
+             f"GB/s (read + write), peaks {json.dumps(cal.get('peak_tflops'))} TFLOP/s", "",
+             "| shape | dtype | bound | lib eff | agent verdict | agent trials | agent GPU-s | "
+             "full verdict | full trials | full GPU-s | GPU ratio | agent speed-up | "
+             "full speed-up | target | met |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "note" in r:
+            lines.append(f"| {r['shape']} | {r['dtype']} | {r['note']} |" + " |" * 12)
+            continue
+        lines.append(
+            f"| {r['shape']} | {r['dtype']} | {r.get('bound') or '—'} | "
+            f"{_f(r.get('efficiency_library'))} | {r['agent_verdict']} | {r['agent_trials']} | "
+            f"{_f(r['agent_gpu_s'], '{:.1f}')} | {r['full_verdict']} | {r['full_trials']} | "
+            f"{_f(r['full_gpu_s'], '{:.1f}')} | {_f(r['gpu_ratio'])} | "
+            f"{_f(r['agent_speedup'], '{:.3f}')} | {_f(r['full_speedup'], '{:.3f}')} | "
+            f"{r['target']} | {'yes' if r['met'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

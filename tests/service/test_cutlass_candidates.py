@@ -1,0 +1,101 @@
+"""CUTLASS as a library backend in the decision loop: its best-ranked ops are measured in the
+first stage next to cuBLAS, on workers that advertise it only; a problem it cannot serve is
+skipped with the reason in the decision. Measurements are FAKE (no GPU, no nvcc here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service import library
+
+pytest.importorskip("cutlass_library")
+
+AGENT = {"threshold": 0.9}
+ATTAINABLE_US = (2 * 512 * 512 * 2 + 512 * 512 * 2) / 3000e9 * 1e6  # see test_decisions.py
+WITH_CUTLASS = ["cublas", "cutlass", "triton"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    library.clear_cache()
+
+
+def _answer(driver: Any, worker: int, grant: dict[str, Any], times: dict[str, float]) -> None:
+    for c in grant["candidates"]:
+        t = times.get(c["backend"])
+        driver.report(worker, grant["lease_id"], c["id"],
+                      driver.answer(c, (lambda _c, t=t: t) if t is not None else None))
+
+
+def test_a_cutlass_worker_measures_cutlass_library_candidates_first(
+        client: TestClient, driver: Any) -> None:
+    job = driver.submit({"max_trials": 8}, policy=AGENT)
+    w = driver.register(backends=WITH_CUTLASS)
+    grant = driver.lease(w, n=16)
+    backends = [c["backend"] for c in grant["candidates"]]
+    assert sorted(backends) == ["cublas"] + ["cutlass"] * 6  # library stage: no Triton yet
+    ops = [c["config"] for c in grant["candidates"] if c["backend"] == "cutlass"]
+    assert all(set(cfg) == {"op", "raster", "swizzle", "splits"} for cfg in ops)
+    assert all(cfg["op"].startswith("cutlass3x_sm90_") and "_f16_" in cfg["op"] for cfg in ops)
+    assert len({cfg["op"] for cfg in ops}) == 6
+    # CUTLASS at 95% of the roofline, cuBLAS at half: the library (CUTLASS) is sufficient
+    _answer(driver, w, grant, {"cutlass": ATTAINABLE_US / 0.95, "cublas": 2 * ATTAINABLE_US})
+    state = driver.job(job["id"])
+    assert state["status"] == "done"
+    d = state["decision"]
+    assert d["verdict"] == "library_sufficient" and d["backend"] == "cutlass"
+    assert d["config"]["op"] in {cfg["op"] for cfg in ops}
+    assert "cutlass takes" in d["rationale"]
+    listed = d["library_trials"]
+    assert sorted(t["backend"] for t in listed) == ["cublas"] + ["cutlass"] * 6
+    assert all(t["status"] == "ok" and t["median_us"] > 0 for t in listed)
+    assert state["library_best"]["backend"] == "cutlass"
+    assert d["notes"] == []
+
+
+def test_a_worker_without_cutlass_never_gets_cutlass_candidates(
+        client: TestClient, driver: Any) -> None:
+    job = driver.submit({"max_trials": 8}, policy=AGENT)
+    assert job["backends"] == WITH_CUTLASS  # the default: every backend
+    w = driver.register()  # advertises cublas and triton only
+    grant = driver.lease(w, n=16)
+    assert [c["backend"] for c in grant["candidates"]] == ["cublas"]
+    assert driver.job(job["id"])["backends"] == WITH_CUTLASS
+    _answer(driver, w, grant, {"cublas": ATTAINABLE_US / 0.95})
+    d = driver.job(job["id"])["decision"]
+    assert [t["backend"] for t in d["library_trials"]] == ["cublas"]
+
+
+def test_a_problem_cutlass_cannot_serve_is_skipped_with_the_reason(
+        client: TestClient, driver: Any) -> None:
+    fp32 = {"kind": "gemm", "m": 512, "n": 512, "k": 512, "dtype": "fp32"}
+    job = driver.submit({"max_trials": 8}, problem=fp32, policy=AGENT)
+    w = driver.register(backends=WITH_CUTLASS)
+    grant = driver.lease(w, n=16)
+    assert [c["backend"] for c in grant["candidates"]] == ["cublas"]
+    # cuBLAS near the fp32 roofline (50 TFLOP/s FAKE peak): sufficient, and the rationale
+    # says why CUTLASS was not measured
+    fp32_us = 2 * 512 ** 3 / 50e12 * 1e6
+    _answer(driver, w, grant, {"cublas": fp32_us / 0.95})
+    d = driver.job(job["id"])["decision"]
+    assert d["verdict"] == "library_sufficient"
+    assert "CUTLASS skipped" in d["rationale"] and "tf32" in d["rationale"]
+    assert d["notes"] and "tf32" in d["notes"][0]
+
+
+def test_a_service_without_the_cutlass_extra_skips_it(
+        client: TestClient, driver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kernel_templates.cutlass.enumerate as en
+
+    missing = "cutlass_library is not installed; pip install 'kernelsearch[cutlass]'"
+    monkeypatch.setattr(en, "cutlass_available", lambda: missing)
+    job = driver.submit({"max_trials": 8}, policy=AGENT)
+    w = driver.register(backends=WITH_CUTLASS)
+    grant = driver.lease(w, n=16)
+    assert [c["backend"] for c in grant["candidates"]] == ["cublas"]
+    _answer(driver, w, grant, {"cublas": ATTAINABLE_US / 0.95})
+    d = driver.job(job["id"])["decision"]
+    assert "cutlass_library is not installed" in d["rationale"]
