@@ -1,0 +1,54 @@
+"""The calibration and verification tasks through ``execute`` (interpreter on CPU, real on GPU:
+the same tests run on both; the GPU host runs them with ``-m gpu`` selected by file)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from search.types import Candidate, GemmProblem, Measurement, Status
+from workers.execute import execute
+
+CUDA = torch.cuda.is_available()
+OPTS = {"interpret": not CUDA, "target_ms": 5.0, "warmup_ms": 1.0}
+PROBLEM = GemmProblem(m=33, n=40, k=64, dtype="fp16")
+TILE = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=2)
+
+
+def run(backend: str, config: dict, problem: GemmProblem = PROBLEM) -> Measurement:
+    cand = Candidate(problem=problem, backend=backend, config=config)
+    return Measurement.from_dict(execute(cand.to_dict(), OPTS))
+
+
+@pytest.mark.parametrize("where", [pytest.param("cuda", marks=pytest.mark.gpu), "any"])
+def test_calibration_measures_bandwidth_and_every_precision(where: str) -> None:
+    m = run("calibrate", {})
+    assert m.status == Status.OK, m.error
+    peaks = m.extra["peak_tflops"]
+    assert set(peaks) == {"bf16", "fp16", "fp32", "tf32"} and all(v > 0 for v in peaks.values())
+    assert m.extra["bandwidth_gbs"] > 0 and m.bench_s and m.bench_s > 0
+    if CUDA:  # an H100-class device: HBM in TB/s, tensor cores in hundreds of TFLOP/s
+        assert m.extra["bandwidth_gbs"] > 500 and peaks["bf16"] > 50 * peaks["fp32"] / 10
+
+
+def _verify_config(custom: dict) -> dict:
+    return {"library": {"backend": "cublas", "config": {}},
+            "custom": {"backend": "triton", "config": custom}, "rounds": 5,
+            "library_id": 1, "custom_id": 2}
+
+
+@pytest.mark.parametrize("where", [pytest.param("cuda", marks=pytest.mark.gpu), "any"])
+def test_verification_rechecks_and_times_both_interleaved(where: str) -> None:
+    m = run("verify", _verify_config(TILE))
+    assert m.status == Status.OK, m.error
+    assert len(m.extra["library_us"]) == len(m.extra["custom_us"]) == 5
+    assert all(t > 0 for t in m.extra["library_us"] + m.extra["custom_us"])
+    assert m.extra["custom_rel_error"] < 2e-3 and m.extra["library_rel_error"] < 2e-3
+
+
+def test_verification_fails_clearly_on_a_contender_it_cannot_run() -> None:
+    # (a wrong result on the re-check is the agent's business: tests/search/test_agent.py)
+    m = run("verify", {**_verify_config(TILE), "custom": {"backend": "nope", "config": {}}})
+    assert m.status == Status.UNSUPPORTED and "nope" in (m.error or "")
+    bad = run("verify", {"rounds": 5})
+    assert bad.status == Status.INVALID and "library.backend" in (bad.error or "")
