@@ -46,26 +46,30 @@ def find_known(session: Session, problem_id: int, gpu_model: str, backend: str,
     return MeasurementRecord.of(row) if row is not None else None
 
 
-def _fastest(session: Session, *where: Any, backend: str | None) -> MeasurementRecord | None:
+def _fastest(session: Session, *where: Any, backend: str | tuple[str, ...] | None
+             ) -> MeasurementRecord | None:
     stmt = select(MeasurementRow).where(*where, MeasurementRow.status == _OK,
                                         MeasurementRow.median_us.is_not(None),
                                         MeasurementRow.backend.in_(KERNEL_BACKENDS))
-    if backend is not None:
+    if isinstance(backend, str):
         stmt = stmt.where(MeasurementRow.backend == backend)
+    elif backend is not None:
+        stmt = stmt.where(MeasurementRow.backend.in_(backend))
     row = session.scalars(stmt.order_by(MeasurementRow.median_us, MeasurementRow.id)
                           .limit(1)).first()
     return MeasurementRecord.of(row) if row is not None else None
 
 
-def job_best(session: Session, job_id: int, backend: str | None = None
+def job_best(session: Session, job_id: int, backend: str | tuple[str, ...] | None = None
              ) -> MeasurementRecord | None:
-    """The job's fastest ok measurement (optionally of one backend)."""
+    """The job's fastest ok measurement (optionally of one backend, or of several)."""
     return _fastest(session, MeasurementRow.job_id == job_id, backend=backend)
 
 
-def problem_best(session: Session, problem_id: int, gpu_model: str, backend: str | None = None
-                 ) -> MeasurementRecord | None:
-    """The fastest ok measurement of a problem on a GPU model (optionally of one backend)."""
+def problem_best(session: Session, problem_id: int, gpu_model: str,
+                 backend: str | tuple[str, ...] | None = None) -> MeasurementRecord | None:
+    """The fastest ok measurement of a problem on a GPU model (optionally of one backend, or of
+    several)."""
     return _fastest(session, MeasurementRow.problem_id == problem_id,
                     MeasurementRow.gpu_model == gpu_model, backend=backend)
 

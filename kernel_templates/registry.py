@@ -3,11 +3,20 @@
 The callable takes no arguments and writes into the input set's output buffer, so a benchmark
 times the kernel alone. A backend that does not exist, or does not serve the problem's dtypes,
 raises ``Unsupported`` (recorded as ``Status.UNSUPPORTED``) before anything runs.
+
+``cutlass`` candidates (``search.spaces.cutlass_gemm`` configs) load their operation from the
+CUTLASS artifact cache (``kernel_templates.cutlass``), compiling it first when the worker's
+``prepare`` did not; nvcc failing raises ``kernel_templates.cutlass.CompileError``
+(``Status.COMPILE_ERROR``), a launcher's non-zero status ``CutlassError``
+(``Status.LAUNCH_ERROR``).
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -15,7 +24,7 @@ from kernel_templates.errors import Unsupported
 from kernel_templates.inputs import GemmInputs, torch_dtype
 from search.types import Backend, Candidate, GemmProblem
 
-__all__ = ["BACKENDS", "check_supported", "make_callable"]
+__all__ = ["BACKENDS", "check_supported", "cutlass_kernel", "make_callable"]
 
 KernelCall = Callable[[], torch.Tensor]
 
@@ -48,9 +57,73 @@ def _triton(candidate: Candidate, inputs: GemmInputs) -> KernelCall:
     return lambda: matmul(a, b, config, out=out)
 
 
+# -- CUTLASS --------------------------------------------------------------------------------------
+_CUTLASS_LOCK = threading.Lock()
+_CUTLASS_KERNELS: dict[str, Any] = {}  # op name -> CutlassKernel, per process
+
+
+@functools.lru_cache(maxsize=64)
+def _cutlass_ops(problem: GemmProblem) -> dict[str, Any]:
+    """The CUTLASS operations serving ``problem`` by name (enumeration is slow: once each)."""
+    from kernel_templates import cutlass as kc
+
+    return {op.name: op for op in kc.ops_for(problem)}
+
+
+@functools.cache
+def _cutlass_toolchain() -> Any:
+    from kernel_templates import cutlass as kc
+
+    return kc.toolchain()  # CompileError when nvcc cannot run
+
+
+def cutlass_kernel(op: Any) -> Any:
+    """The loaded kernel of CUTLASS operation ``op``: from the artifact cache, built first when
+    missing (in the calling process, usually the benchmark child after ``prepare`` missed it).
+    Raises ``kernel_templates.cutlass.CompileError`` when nvcc fails or is missing."""
+    from kernel_templates import cutlass as kc
+
+    with _CUTLASS_LOCK:
+        kernel = _CUTLASS_KERNELS.get(op.name)
+        if kernel is not None:
+            return kernel
+        tc = _cutlass_toolchain()
+        cache = kc.CutlassCache()
+        try:
+            kernel = kc.load(op.name, cache, tc=tc)
+        except LookupError:
+            result = kc.build([op], cache, tc=tc, jobs=1)
+            if op.name in result.errors:
+                raise result.errors[op.name] from None
+            kernel = kc.load(op.name, cache, artifact=result.artifacts[op.name], tc=tc)
+        _CUTLASS_KERNELS[op.name] = kernel
+        return kernel
+
+
+def _cutlass(candidate: Candidate, inputs: GemmInputs) -> KernelCall:
+    from kernel_templates.errors import InvalidConfig
+    from search.spaces.cutlass_gemm import violations
+
+    device = inputs.a.device
+    if device.type != "cuda":
+        raise Unsupported("cutlass kernels run on a CUDA GPU only (not in the CPU interpreter)")
+    major, minor = torch.cuda.get_device_capability(device)
+    if major != 9:
+        raise Unsupported(f"cutlass kernels are built for sm_90a; this GPU is sm_{major}{minor}")
+    problem, config = candidate.problem, dict(candidate.config)
+    ops = _cutlass_ops(problem)
+    reasons = violations(problem, config, ops)
+    if reasons:
+        raise InvalidConfig("; ".join(reasons))
+    kernel = cutlass_kernel(ops[config["op"]])
+    return kernel.bind(inputs.a, inputs.b, inputs.out, raster=str(config["raster"]),
+                       swizzle=int(config["swizzle"]), splits=int(config["splits"]))
+
+
 #: Registered backends and how each builds its callable.
 BACKENDS: dict[str, Callable[[Candidate, GemmInputs], KernelCall]] = {
     Backend.CUBLAS.value: _cublas,
+    Backend.CUTLASS.value: _cutlass,
     Backend.TRITON.value: _triton,
 }
 
@@ -63,6 +136,12 @@ def check_supported(backend: str, problem: GemmProblem) -> None:
     torch_dtype(problem.out_dtype or problem.dtype)
     if backend == Backend.CUBLAS.value and problem.out_dtype != problem.dtype:
         raise Unsupported("cublas through torch.matmul writes the input dtype only")
+    if backend == Backend.CUTLASS.value:
+        from kernel_templates.cutlass import why_unsupported
+
+        why = why_unsupported(problem)
+        if why:
+            raise Unsupported(f"cutlass cannot serve {problem.describe()}: {why}")
 
 
 def make_callable(candidate: Candidate, inputs: GemmInputs) -> KernelCall:
