@@ -71,9 +71,9 @@ class Session:
         self.server.__exit__(None, None, None)
 
     def run(self, problem: dict[str, Any], trials: int, policy: dict[str, Any],
-            timeout_s: float) -> dict[str, Any]:
+            timeout_s: float, backends: list[str]) -> dict[str, Any]:
         job = self.client.submit_job(problem, budget={"max_trials": trials}, policy=policy,
-                                     gpu=self.device.gpu_model)
+                                     gpu=self.device.gpu_model, backends=backends)
         t0 = time.monotonic()
         while job["status"] not in FINISHED:
             if time.monotonic() - t0 > timeout_s:
@@ -100,6 +100,11 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated shape indices")
     ap.add_argument("--timeout", type=float, default=300.0, help="per job, seconds")
     ap.add_argument("--interpret", action="store_true", help="CPU smoke run (no GPU numbers)")
+    ap.add_argument("--modes", default="agent,full", help="which runs: agent, full or both")
+    ap.add_argument("--backends", default="cublas,triton",
+                    help="job backends (cuBLAS is the library the targets compare with)")
+    ap.add_argument("--merge", default="", help="agent_bench.json of an earlier run of the "
+                    "other mode (on the same GPU model) to report side by side")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -110,7 +115,13 @@ def main() -> None:
     jobs: dict[str, dict[int, dict[str, Any]]] = {"agent": {}, "full": {}}
     calibration: dict[str, Any] | None = None
     started = datetime.now(UTC)
-    for mode in ("agent", "full"):
+    if args.merge:
+        earlier = json.loads(Path(args.merge).read_text())
+        for mode, by_index in earlier.get("jobs", {}).items():
+            jobs[mode] = {int(k): v for k, v in by_index.items()}
+        calibration = earlier.get("meta", {}).get("calibration")
+    modes = [m for m in args.modes.split(",") if m]
+    for mode in modes:
         with Session(out / f"{mode}.db", interpret=args.interpret) as session:
             for i, shape in picked:
                 problem = {"kind": "gemm", "m": shape["m"], "n": shape["n"], "k": shape["k"],
@@ -120,16 +131,17 @@ def main() -> None:
                 # fp32 inputs: the public file allows tf32 by policy
                 policy = {"allow_tf32": problem["dtype"] == "fp32",
                           "full_search": mode == "full"}
-                job = session.run(problem, args.trials, policy, args.timeout)
+                job = session.run(problem, args.trials, policy, args.timeout,
+                                  args.backends.split(","))
                 jobs[mode][i] = job
                 d = job.get("decision") or {}
                 print(f"[{mode}] {i} {problem['m']}x{problem['n']}x{problem['k']} "
                       f"{problem['dtype']}: {job['status']} {d.get('verdict')} "
                       f"speedup {d.get('speedup')} gpu_s {gpu_s(d):.2f} wall {job['wall_s']:.1f}",
                       flush=True)
-            if mode == "agent":
+            if mode == "agent" or calibration is None:
                 cals = session.client._request("GET", "/v1/calibrations")["items"]
-                calibration = cals[0] if cals else None
+                calibration = cals[0] if cals else calibration
     for i, shape in picked:
         dtype = shape.get("dtype", "bf16")
         row: dict[str, Any] = {"index": i, "shape": f"{shape['m']}x{shape['n']}x{shape['k']}",

@@ -56,7 +56,12 @@ def main() -> int:
         print(json.dumps(job, indent=1))
         best = client.best(**problem)
         print("best:", json.dumps(best, indent=1))
-        ok = job["status"] == "done" and best is not None and best["median_us"] > 0
+        ok = (job["status"] == "done" and best is not None and best["median_us"] > 0
+              and job.get("decision") is not None)
+        d = job.get("decision") or {}
+        print(f"decision: {d.get('verdict')} ({d.get('chosen')}, {d.get('backend')}); "
+              f"library candidates: {[t.get('backend') for t in d.get('library_trials') or []]}")
+        print(f"why: {d.get('rationale')}")
         print("E2E", "PASS" if ok else "FAIL")
         return 0 if ok else 1
     finally:
