@@ -62,7 +62,7 @@ class Policy:
     force_custom: bool = False
     full_search: bool = False
     allow_tf32: bool = False
-    patience: int = 10
+    patience: int = 8
     min_gain: float = 0.01
     probe: int = 6
     promise_gap: float = 0.10
@@ -102,6 +102,10 @@ class TierPlan:
     weight: float
     applicable: bool = True
     reason: str = ""
+    #: the most this tier is expected to gain over the best of the tiers before it (None: no
+    #: bound, e.g. split-K on a skinny shape); a tier that could not close the gap to the
+    #: library even with that gain is skipped
+    max_gain: float | None = None
 
 
 @dataclass(frozen=True)
@@ -287,6 +291,9 @@ class TierProgress:
     best_us: float | None
     ended: bool
     reason: str
+    #: how many more trials may be created now: the budget left, and no more in flight than
+    #: the probe or the stall rule could still need before they decide (None: no cap)
+    room: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"tier": self.name, "budget": self.budget, "trials": self.created,
@@ -328,6 +335,7 @@ def tier_progress(ev: Evidence) -> list[TierProgress]:
         done = [t for t in trials if t.done]
         best = _custom_best(trials)
         ended, reason = False, ""
+        before = running_best  # the custom best of the earlier tiers
         # patience: trials since the last > min_gain improvement of the custom best so far
         since = 0
         for t in done:
@@ -337,7 +345,15 @@ def tier_progress(ev: Evidence) -> list[TierProgress]:
                 since += 1
                 if t.ok and running_best is not None:
                     running_best = min(running_best, t.median_us)
-        if budget is not None and len(trials) >= budget and len(done) == len(trials):
+        gap_ok = lib.median_us * (1 + pol.promise_gap) if lib is not None else None
+        if (not trials and not pol.full_search and tier.max_gain is not None
+                and before is not None and gap_ok is not None
+                and before / (1 + tier.max_gain) > gap_ok):
+            ended, reason = True, (
+                f"skipped: even a {tier.max_gain:.0%} gain on the best so far "
+                f"({before:.1f} us) would leave it over {pol.promise_gap:.0%} behind the "
+                f"library's {lib.median_us:.1f} us")  # type: ignore[union-attr]
+        elif budget is not None and len(trials) >= budget and len(done) == len(trials):
             ended, reason = True, f"budget of {budget} trials spent"
         elif tier.name in ev.exhausted_tiers and len(done) == len(trials):
             ended, reason = True, "space exhausted: every feasible configuration was tried"
@@ -353,8 +369,14 @@ def tier_progress(ev: Evidence) -> list[TierProgress]:
                                    f"(gap allowed {pol.promise_gap:.0%})")
         elif ev.time_up and len(done) == len(trials):
             ended, reason = True, "time budget spent"
+        room = None if budget is None else budget - len(trials)
+        if not pol.full_search:
+            in_flight = len(trials) - len(done)
+            cap = (pol.probe - len(trials) if len(done) < pol.probe
+                   else pol.patience - since - in_flight)
+            room = cap if room is None else min(room, cap)
         out.append(TierProgress(tier.name, budget, len(trials), len(done),
-                                best.median_us if best else None, ended, reason))
+                                best.median_us if best else None, ended, reason, room))
         created_before += len(trials)
     return out
 
@@ -395,13 +417,15 @@ def plan(ev: Evidence) -> Plan:
     for p in progress:
         if p.ended and any(not t.done for t in ev.custom if t.tier == p.name):
             actions.append(StopTier(p.name, p.reason))
-    # The first tier with room: a tier whose budget is all created (some still running) no
-    # longer holds the next one back, so the GPU never idles at a tier boundary.
+    # The active tier: the first one not over whose budget is not all out (a tier whose budget
+    # is all created no longer holds the next one back, so the GPU never idles at a tier
+    # boundary). It may be waiting for results its probe or stall rule needs.
     active = next((p for p in progress if not p.ended and p.name not in ev.exhausted_tiers
                    and (p.budget is None or p.created < p.budget)), None)
     if active is not None and not ev.time_up:
-        room = None if active.budget is None else active.budget - active.created
-        return Plan(Stage.CUSTOM, (*actions, Search(active.name, room)))
+        if active.room is None or active.room > 0:
+            return Plan(Stage.CUSTOM, (*actions, Search(active.name, active.room)))
+        return Plan(Stage.CUSTOM, (*actions, Wait(f"waiting for {active.name} results")))
     outstanding = any(not t.done for t in ev.trials)
     if outstanding or lib_pending:
         return Plan(Stage.CUSTOM, (*actions, Wait("waiting for custom trials")))

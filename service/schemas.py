@@ -112,7 +112,7 @@ class PolicyIn(_In):
     full_search: bool = Field(False, description="spend the whole budget: no early stops "
                                                  "(the agent's baseline)")
     allow_tf32: bool = Field(False, description="fp32 inputs may be multiplied in tf32")
-    patience: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 10
+    patience: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 8
     min_gain: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.01
     probe: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 6
     promise_gap: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 0.10

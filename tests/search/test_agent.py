@@ -194,7 +194,8 @@ def test_first_plan_calibrates_and_measures_the_library_at_once() -> None:
     assert [type(a) for a in p2.actions] == [Wait]
     # Forced custom does not wait for the library's verdict.
     p3 = plan(replace(ev, policy=replace(POLICY, force_custom=True)))
-    assert isinstance(p3.actions[-1], Search) and p3.actions[-1].n == 8
+    # no more in flight than the tier's probe needs before its gate can judge
+    assert isinstance(p3.actions[-1], Search) and p3.actions[-1].n == POLICY.probe
 
 
 def test_without_calibration_the_agent_searches_and_says_why() -> None:
@@ -230,8 +231,9 @@ def test_tier_budgets_roll_over_and_inapplicable_tiers_are_explained() -> None:
     d = run_shape(LONG_K, POLICY)
     tiers = {t["tier"]: t for t in d.tiers}
     assert tiers["tiles"]["trials"] + tiers["split_k"]["trials"] <= 64
-    # the recorded run has only 6 split-K=1 configs: the tile tier ran out and passed the rest on
-    assert "exhausted" in tiers["tiles"]["reason"]
+    # unsplit tiles are hopeless on 64x64x65536: the probe stops the tier, the rest moves on
+    assert tiers["tiles"]["trials"] == POLICY.probe
+    assert "not promising" in tiers["tiles"]["reason"]
     assert tiers["split_k"]["budget"] == 64 - tiers["tiles"]["trials"]
     ragged = run_shape(RAGGED, POLICY)
     skipped = {t["tier"]: t for t in ragged.tiers}["split_k"]
@@ -274,3 +276,38 @@ def test_library_notes_reach_the_rationale_and_every_library_trial_is_listed() -
     out = d.to_dict()
     assert [t["backend"] for t in out["library_trials"]] == ["cublas", "cutlass"]
     assert out["notes"] == ["CUTLASS skipped: a reason."]
+
+
+def test_in_flight_trials_never_exceed_what_the_probe_or_the_stall_rule_needs() -> None:
+    pol = replace(POLICY, patience=4, probe=3)
+    lib = Trial(1, "cublas", {}, None, "ok", 30.0, 29.9, 30.1)
+
+    def ev(*custom: Trial) -> Evidence:
+        return Evidence(problem=GemmProblem(16, 4096, 4096), policy=pol,
+                        calibration=H100_REPLAY_CALIBRATION, library_configs=(("cublas", {}),),
+                        tiers=(TierPlan("tiles", 1.0),), trials=(lib, *custom), max_trials=50)
+
+    first = plan(ev()).actions[-1]
+    assert isinstance(first, Search) and first.n == 3  # the probe
+    out = [Trial(i, "triton", {"i": i}, "tiles") for i in (2, 3, 4)]
+    assert isinstance(plan(ev(*out)).actions[-1], Wait)  # the gate needs their results
+    done = [Trial(i, "triton", {"i": i}, "tiles", "ok", 29.0 - i, 1, 1) for i in (2, 3, 4)]
+    nxt = plan(ev(*done)).actions[-1]
+    assert isinstance(nxt, Search) and nxt.n == 4  # the stall rule could need 4 more
+
+
+def test_a_refinement_tier_that_cannot_close_the_gap_is_skipped() -> None:
+    lib = Trial(1, "cublas", {}, None, "ok", 20.0, 19.9, 20.1)
+    tiles = [Trial(i, "triton", {"i": i}, "tiles", "ok", 30.0, 29.9, 30.1) for i in range(2, 8)]
+    ev = Evidence(problem=GemmProblem(1000, 3000, 2000), policy=POLICY,
+                  calibration=H100_REPLAY_CALIBRATION, library_configs=(("cublas", {}),),
+                  tiers=(TierPlan("tiles", 1.0), TierPlan("hopper", 1.0, max_gain=0.10)),
+                  trials=(lib, *tiles), max_trials=40)
+    progress = {p.name: p for p in tier_progress(ev)}
+    assert progress["hopper"].ended and progress["hopper"].created == 0
+    assert "even a 10% gain" in progress["hopper"].reason
+    d = plan(ev).actions[-1]
+    assert isinstance(d, Decide) and d.decision.spend["custom"]["trials"] == 6
+    # with a bounded gain that could close it, the tier runs
+    close = replace(ev, trials=(lib, *[replace(t, median_us=22.5) for t in tiles]))
+    assert isinstance(plan(close).actions[-1], Search)

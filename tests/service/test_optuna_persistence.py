@@ -50,8 +50,10 @@ def test_study_survives_restart(make_app: Any, database_url: str, driver: Any,
     driver_cls = type(driver)
     with TestClient(make_app(settings, tuner_factory=optuna_tuner)) as http:
         first, first_configs = _run_job(http, driver_cls, 6)
-    assert first["status"] == "done" and first["progress"]["trials_done"] == 6
-    assert len(first_configs) == 6
+    # 6 budgeted; the Hopper tier's one trial is skipped (its bounded gain cannot close the
+    # FAKE gap to the library), so 5 run
+    assert first["status"] == "done" and first["progress"]["trials_done"] == 5
+    assert len(first_configs) == 5
     release_optuna()  # a new process: nothing cached
 
     storage = optuna.storages.RDBStorage(database_url)
@@ -68,7 +70,8 @@ def test_study_survives_restart(make_app: Any, database_url: str, driver: Any,
     assert second["status"] == "done" and second["problem_id"] == first["problem_id"]
     keys = [tuple(sorted(c.items())) for c in first_configs + second_configs]
     assert len(keys) == len(set(keys)), "a measured configuration was proposed again"
-    assert trials["total"] == 6 + 4 + 2  # Triton trials and one cuBLAS baseline per job
+    # Triton trials and one cuBLAS baseline per job
+    assert trials["total"] == len(first_configs) + len(second_configs) + 2
     storage = optuna.storages.RDBStorage(database_url)
     # Seeds wait in the studies as enqueued trials, so count the finished ones.
     assert len(_complete(storage)) >= before + 4
