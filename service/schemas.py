@@ -122,14 +122,20 @@ class PolicyIn(_In):
                                                       "within this of the library")] = 0.03
 
 
-class JobIn(_In):
-    problem: ProblemIn
+class ReopenIn(_In):
+    """How to run a job: budget, policy, backends, target GPU, seed. On its own it re-opens a
+    problem's decision (a new job: new budget, policy, or after new versions)."""
+
     budget: BudgetIn | None = None
     policy: PolicyIn | None = None
     backends: list[Backend] = Field(default_factory=lambda: list(BACKENDS), min_length=1,
                                     max_length=8)
     gpu: Name | None = None
     seed: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
+
+
+class JobIn(ReopenIn):
+    problem: ProblemIn
 
 
 class LibraryOut(BaseModel):
@@ -228,17 +234,6 @@ class Page(BaseModel):
 
 class DecisionList(Page):
     items: list[DecisionOut]
-
-
-class ReopenIn(_In):
-    """Re-open a problem's decision: a new job (new budget, policy, or after new versions)."""
-
-    budget: BudgetIn | None = None
-    policy: PolicyIn | None = None
-    backends: list[Backend] = Field(default_factory=lambda: list(BACKENDS), min_length=1,
-                                    max_length=8)
-    gpu: Name | None = None
-    seed: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
 
 
 class CalibrationOut(BaseModel):
