@@ -95,13 +95,6 @@ def eligible_jobs(session: Session, gpu_model: str) -> list[JobRecord]:
     return [JobRecord.of(j, p) for j, p in rows]
 
 
-def active_running_jobs(session: Session) -> list[int]:
-    """Ids of running jobs that have a time budget (for the time-up sweep)."""
-    return list(session.scalars(
-        select(JobRow.id).where(JobRow.status == JobStatus.RUNNING.value,
-                                JobRow.max_seconds.is_not(None))))
-
-
 def bind_job(session: Session, job_id: int, gpu_model: str, backends: Sequence[str],
              now: datetime) -> bool:
     """Bind a queued, unbound job to ``gpu_model``; False when someone else bound it first."""

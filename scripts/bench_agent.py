@@ -24,7 +24,6 @@ import argparse
 import json
 import platform
 import sys
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,57 +32,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from search.types import SERVED_DTYPES  # noqa: E402
-from service.client import KernelSearchClient  # noqa: E402
-from service.embedded import EmbeddedServer  # noqa: E402
 from service.settings import ServiceSettings  # noqa: E402
-from workers.device import detect_device  # noqa: E402
-from workers.isolation import IsolatedRunner  # noqa: E402
-from workers.loop import WorkerLoop  # noqa: E402
-
-FINISHED = ("done", "failed", "cancelled")
+from workers.local import LocalCluster  # noqa: E402
 
 
-class Session:
-    """One embedded service (fresh SQLite file) with one local worker for a whole run."""
-
-    def __init__(self, db: Path, interpret: bool) -> None:
-        self.settings = ServiceSettings(database_url=f"sqlite:///{db}")
-        self.server = EmbeddedServer(self.settings)
-        self.interpret = interpret
-
-    def __enter__(self) -> Session:
-        self.server.__enter__()
-        self.client = KernelSearchClient(self.server.url, token=self.settings.worker_token)
-        self.device = detect_device(self.interpret)
-        self.runner = IsolatedRunner(interpret=self.device.mode != "cuda", timeout_s=180.0)
-        self.runner.__enter__()
-        self.loop = WorkerLoop(self.client, self.runner, self.device, batch=8, poll_s=0.2)
-        self.loop.register()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.loop.run, args=(self.stop,), daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=300)
-        self.runner.__exit__(None, None, None)
-        self.server.__exit__(None, None, None)
-
-    def run(self, problem: dict[str, Any], trials: int, policy: dict[str, Any],
-            timeout_s: float, backends: list[str]) -> dict[str, Any]:
-        job = self.client.submit_job(problem, budget={"max_trials": trials}, policy=policy,
-                                     gpu=self.device.gpu_model, backends=backends)
-        t0 = time.monotonic()
-        while job["status"] not in FINISHED:
-            if time.monotonic() - t0 > timeout_s:
-                self.client.cancel_job(job["id"])
-                job = self.client.get_job(job["id"])
-                break
-            time.sleep(0.2)
-            job = self.client.get_job(job["id"])
-        job["wall_s"] = time.monotonic() - t0
-        return job
+def run_job(cluster: LocalCluster, problem: dict[str, Any], trials: int,
+            policy: dict[str, Any], timeout_s: float, backends: list[str]) -> dict[str, Any]:
+    job = cluster.client.submit_job(problem, budget={"max_trials": trials}, policy=policy,
+                                    gpu=cluster.device.gpu_model, backends=backends)
+    t0 = time.monotonic()
+    job = cluster.wait(job["id"], poll_s=0.2, timeout_s=timeout_s)
+    job["wall_s"] = time.monotonic() - t0
+    return job
 
 
 def gpu_s(decision: dict[str, Any] | None, *, with_calibration: bool = False) -> float:
@@ -122,7 +82,8 @@ def main() -> None:
         calibration = earlier.get("meta", {}).get("calibration")
     modes = [m for m in args.modes.split(",") if m]
     for mode in modes:
-        with Session(out / f"{mode}.db", interpret=args.interpret) as session:
+        settings = ServiceSettings(database_url=f"sqlite:///{out / f'{mode}.db'}")
+        with LocalCluster(settings, interpret=args.interpret or None) as cluster:
             for i, shape in picked:
                 problem = {"kind": "gemm", "m": shape["m"], "n": shape["n"], "k": shape["k"],
                            "dtype": shape.get("dtype", "bf16")}
@@ -131,8 +92,8 @@ def main() -> None:
                 # fp32 inputs: the public file allows tf32 by policy
                 policy = {"allow_tf32": problem["dtype"] == "fp32",
                           "full_search": mode == "full"}
-                job = session.run(problem, args.trials, policy, args.timeout,
-                                  args.backends.split(","))
+                job = run_job(cluster, problem, args.trials, policy, args.timeout,
+                              args.backends.split(","))
                 jobs[mode][i] = job
                 d = job.get("decision") or {}
                 print(f"[{mode}] {i} {problem['m']}x{problem['n']}x{problem['k']} "
@@ -140,7 +101,7 @@ def main() -> None:
                       f"speedup {d.get('speedup')} gpu_s {gpu_s(d):.2f} wall {job['wall_s']:.1f}",
                       flush=True)
             if mode == "agent" or calibration is None:
-                cals = session.client._request("GET", "/v1/calibrations")["items"]
+                cals = cluster.client.calibrations()["items"]
                 calibration = cals[0] if cals else calibration
     for i, shape in picked:
         dtype = shape.get("dtype", "bf16")

@@ -31,7 +31,7 @@ from enum import StrEnum
 from typing import Any
 
 from search.roofline import Calibration, Roofline, roofline
-from search.types import GemmProblem
+from search.types import GemmProblem, config_key
 
 __all__ = [
     "Action", "Calibrate", "Decide", "Decision", "Evidence", "MeasureLibrary", "Pick", "Plan",
@@ -153,7 +153,6 @@ class Evidence:
     calibration: Calibration | None
     calibration_failed: bool = False
     calibration_pending: bool = False
-    library_backends: tuple[str, ...] = ("cublas",)
     library_configs: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     #: why a library backend the job allows contributed no candidate (shown in the rationale)
     library_notes: tuple[str, ...] = ()
@@ -389,8 +388,9 @@ def plan(ev: Evidence) -> Plan:
     need_cal = ev.calibration is None and not ev.calibration_failed
     if need_cal and not ev.calibration_pending:
         actions.append(Calibrate())
-    have = {(t.backend, _key(t.config)) for t in ev.library}
-    wanted = tuple((b, c) for b, c in ev.library_configs if (b, _key(c)) not in have)
+    have = {(t.backend, config_key(dict(t.config))) for t in ev.library}
+    wanted = tuple((b, c) for b, c in ev.library_configs
+                   if (b, config_key(dict(c))) not in have)
     if wanted:
         actions.append(MeasureLibrary(wanted))
 
@@ -444,10 +444,6 @@ def plan(ev: Evidence) -> Plan:
 
 
 # -- decisions -------------------------------------------------------------------------------
-def _key(config: Mapping[str, Any]) -> str:
-    return repr(sorted(config.items()))
-
-
 def _spread(t: Trial) -> float:
     if t.p20_us is None or t.p80_us is None:
         return 0.0

@@ -34,7 +34,6 @@ from search.roofline import Calibration
 from search.spaces import triton_gemm
 from search.types import (
     CUSTOM_BACKENDS,
-    LIBRARY_BACKENDS,
     Backend,
     GemmProblem,
     Measurement,
@@ -60,16 +59,14 @@ class AgentLoop:
         self.settings = settings
         self.tuners = tuners
         self.clock = clock
-        self._locks: dict[int, threading.Lock] = {}
-        self._guard = threading.Lock()
+        # Striped per-job locks: a fixed set, so the table does not grow with every job ever run.
+        self._locks = [threading.Lock() for _ in range(64)]
 
     # -- entry point --------------------------------------------------------------------------
     def advance(self, job_id: int, device: dict[str, Any] | None = None) -> None:
         """Plan and act until the plan no longer changes (at most a few rounds). ``device`` is
         the worker at hand (leasing or reporting); default: the model's latest worker."""
-        with self._guard:
-            lock = self._locks.setdefault(job_id, threading.Lock())
-        with lock:
+        with self._locks[job_id % len(self._locks)]:
             for _ in range(6):
                 job = self._job(job_id)
                 if job is None or job.status != JobStatus.RUNNING or job.bound_gpu is None:
@@ -144,8 +141,7 @@ class AgentLoop:
         ev = agent.Evidence(
             problem=problem, policy=policy, calibration=calibration,
             calibration_failed=cal_done and calibration is None,
-            calibration_pending=pending_cal > 0, library_backends=tuple(
-                b for b in backends if b in LIBRARY_BACKENDS),
+            calibration_pending=pending_cal > 0,
             library_configs=tuple(library_configs), library_notes=tuple(library_notes),
             custom_allowed=any(b in CUSTOM_BACKENDS for b in backends), tiers=tiers,
             trials=tuple(trials), exhausted_tiers=frozenset(job.exhausted_tiers),
@@ -201,7 +197,7 @@ class AgentLoop:
         if n <= 0:
             return False
         problem = GemmProblem.from_dict(job.problem)
-        limits = limits_for(str(device.get("mode", "")), int(device.get("smem_per_block", 0)))
+        limits = _limits(device)
         gpu = job.bound_gpu or ""
 
         def known(config: dict[str, Any]) -> Measurement | None:
@@ -287,16 +283,18 @@ class AgentLoop:
                     t.abandon(n)
             self.with_tuner(job, tier, close)
 
-    def with_tuner(self, job: JobRecord, tier: str | None, fn: Callable[[Any], None]) -> None:
-        """Run ``fn`` on the job's tuner of ``tier``; a failure is logged, never lost data."""
+    def with_tuner(self, job: JobRecord, tier: str | None, fn: Callable[[Any], None],
+                   device: dict[str, Any] | None = None) -> None:
+        """Run ``fn`` on the job's tuner of ``tier``; a failure is logged, never lost data.
+        ``device``: the worker at hand (a reporting worker); default: the model's latest."""
         if job.bound_gpu is None:
             return
         problem = GemmProblem.from_dict(job.problem)
-        with self.db.read_session() as s:
-            worker = workers.latest_of_model(s, job.bound_gpu)
-        limits = (limits_for(worker.device.get("mode", ""),
-                             int(worker.device.get("smem_per_block", 0)))
-                  if worker is not None else DeviceLimits())
+        if device is None:
+            with self.db.read_session() as s:
+                worker = workers.latest_of_model(s, job.bound_gpu)
+            device = dict(worker.device) if worker is not None else None
+        limits = _limits(device) if device is not None else DeviceLimits()
         with self.tuners.use(problem, job.bound_gpu, limits, job.seed, tier) as tuner:
             _safely(lambda: fn(tuner))
 
@@ -324,6 +322,10 @@ def record_calibration(s: Session, cand: CandidateRecord, m: Measurement, gpu_mo
         return
     calibrations.add_calibration(s, gpu_model, bandwidth, peaks, dict(m.env), now,
                                  job_id=cand.job_id, worker_id=worker_id, bench_s=m.bench_s)
+
+
+def _limits(device: dict[str, Any]) -> DeviceLimits:
+    return limits_for(str(device.get("mode", "")), int(device.get("smem_per_block", 0) or 0))
 
 
 def _own_calibration(gpu: str, m: MeasurementRecord) -> Calibration | None:

@@ -84,6 +84,10 @@ class KernelSearchClient:
     def cancel_job(self, job_id: int) -> dict[str, Any]:
         return self._request("POST", f"/v1/jobs/{int(job_id)}/cancel")
 
+    def calibrations(self, gpu: str | None = None) -> dict[str, Any]:
+        """Measured device peaks per GPU model, newest first."""
+        return self._request("GET", "/v1/calibrations", params={"gpu": gpu} if gpu else None)
+
     def decision(self, problem_id: int, gpu: str | None = None) -> dict[str, Any] | None:
         """The decision in force for a problem (None before the first one)."""
         params = {"gpu": gpu} if gpu else None

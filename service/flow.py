@@ -241,7 +241,8 @@ class Flow:
             if cand.trial_number is not None and job is not None:
                 trial = cand.trial_number
                 self.agent.with_tuner(job, cand.tier,
-                                      lambda t, trial=trial, m=measurement: t.record(trial, m))
+                                      lambda t, trial=trial, m=measurement: t.record(trial, m),
+                                      worker.device)
         for job_id in sorted(touched):
             self.agent.advance(job_id, worker.device)
         return ReportOutcome(accepted, rejected)

@@ -165,8 +165,8 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
         import torch
 
         from kernel_templates.inputs import make_inputs
-        from kernel_templates.reference import reference_matmul, rel_error, tolerance_for
-        from kernel_templates.registry import check_supported, make_callable
+        from kernel_templates.reference import reference_matmul
+        from kernel_templates.registry import check_supported
 
         check_supported(cand.backend, cand.problem)
         device = torch.device("cuda" if cuda else "cpu")
@@ -174,16 +174,13 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
             torch.backends.cuda.matmul.allow_tf32 = False
         sets = [make_inputs(cand.problem, device, seed + i)
                 for i in range(_n_sets(opts, cand, cuda))]
+        ref = reference_matmul(sets[0].a, sets[0].b)
         # compile_s: making the callables (a CUTLASS op not yet built is compiled here) and
         # the first call (Triton JIT, cuBLAS heuristics), which is also the correctness run.
         t0 = time.perf_counter()
-        calls = [make_callable(cand, s) for s in sets]
-        calls[0]()
-        if cuda:
-            torch.cuda.synchronize()
+        calls, err, tol = checked_calls(cand, sets, ref, cuda)
         compile_s = time.perf_counter() - t0
-        err = rel_error(sets[0].out, reference_matmul(sets[0].a, sets[0].b))
-        tol = tolerance_for(cand.problem, cand.config)
+        del ref
         if not err <= tol:
             return _failure(Status.WRONG_RESULT, f"rel_error {err:.3g} over tolerance {tol:.3g}",
                             env, rel_error=err, compile_s=compile_s)
@@ -198,6 +195,24 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
                        compile_s=compile_s, bench_s=timing.bench_s,
                        env={**env, "timing": timing.method, "input_sets": len(sets),
                             "host_us_per_call": timing.host_us}).to_dict()
+
+
+def checked_calls(cand: Candidate, sets: list[Any], ref: Any, cuda: bool
+                  ) -> tuple[list[Any], float, float]:
+    """``cand``'s callables over the input ``sets``, after one run into the first set's output
+    (poisoned with NaN first, so an element the kernel forgets fails) compared with ``ref``:
+    ``(calls, rel_error, tolerance)``. The one correctness check of candidates and tasks."""
+    import torch
+
+    from kernel_templates.reference import rel_error, tolerance_for
+    from kernel_templates.registry import make_callable
+
+    sets[0].out.fill_(float("nan"))
+    calls = [make_callable(cand, s) for s in sets]
+    calls[0]()
+    if cuda:
+        torch.cuda.synchronize()
+    return calls, rel_error(sets[0].out, ref), tolerance_for(cand.problem, cand.config)
 
 
 def _task(cand: Candidate, opts: ExecuteOptions, env: dict[str, Any], cuda: bool,

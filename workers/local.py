@@ -1,8 +1,9 @@
 """The embedded deployment: the service, a SQLite file and a local worker in one command.
 
-``run_tuning`` starts the service on a loopback port, submits one job over HTTP, runs a worker
-against it in a background thread (candidates still run in an isolated child process) and shows
-progress until the job ends. ``kernelsearch tune`` and the GEMM benchmark both call it.
+``LocalCluster`` starts the service on a loopback port and a worker against it in a background
+thread (candidates still run in an isolated child process). ``run_tuning`` submits one job to it
+over HTTP and shows progress until the job ends; ``kernelsearch tune`` and the GEMM benchmark
+call it, the decision-loop benchmark runs many jobs on one cluster.
 """
 
 from __future__ import annotations
@@ -32,6 +33,76 @@ class TuningResult:
     gpu_model: str
 
 
+class LocalCluster:
+    """The embedded service (one SQLite file) with one local worker thread, for as many jobs as
+    the caller submits; ``run_tuning`` runs one job on it, the decision-loop benchmark many."""
+
+    def __init__(self, settings: ServiceSettings, interpret: bool | None = None,
+                 batch: int = 8, candidate_timeout_s: float = 180.0) -> None:
+        self.settings = settings
+        self.device = detect_device(interpret)
+        self.batch = batch
+        self.candidate_timeout_s = candidate_timeout_s
+        self.failure: list[BaseException] = []
+
+    def __enter__(self) -> LocalCluster:
+        self._server = EmbeddedServer(self.settings)
+        self._server.__enter__()
+        try:
+            self.client = KernelSearchClient(self._server.url, token=self.settings.worker_token)
+            self._runner = IsolatedRunner(interpret=self.device.mode != "cuda",
+                                          timeout_s=self.candidate_timeout_s)
+            self._runner.__enter__()
+            loop = WorkerLoop(self.client, self._runner, self.device, batch=self.batch,
+                              poll_s=0.2)
+            loop.register()
+        except BaseException:
+            self._server.__exit__(None, None, None)
+            raise
+        self._stop = threading.Event()
+
+        def work() -> None:
+            try:
+                loop.run(self._stop)
+            except BaseException as exc:  # surfaced by wait(), with the job's state
+                self.failure.append(exc)
+                self._stop.set()
+
+        self._thread = threading.Thread(target=work, daemon=True, name="kernelsearch-worker")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.candidate_timeout_s + 30)
+        self._runner.__exit__(None, None, None)
+        self._server.__exit__(None, None, None)
+
+    def wait(self, job_id: int, *, poll_s: float = 0.5, timeout_s: float | None = None,
+             on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Poll the job until it ends (cancelled after ``timeout_s``); Ctrl-C cancels it."""
+        t0 = time.monotonic()
+        try:
+            while True:
+                job = self.client.get_job(job_id)
+                if on_progress is not None:
+                    on_progress(job)
+                if job["status"] in FINISHED or self.failure:
+                    break
+                if timeout_s is not None and time.monotonic() - t0 > timeout_s:
+                    self.client.cancel_job(job_id)
+                    job = self.client.get_job(job_id)
+                    break
+                time.sleep(poll_s)
+        except KeyboardInterrupt:
+            self.client.cancel_job(job_id)
+            raise
+        if self.failure:
+            raise RuntimeError(f"the local worker stopped: {self.failure[0]!r}"
+                               ) from self.failure[0]
+        return job
+
+
 def run_tuning(problem: dict[str, Any], budget: dict[str, Any], *, database_url: str,
                backends: list[str] | None = None, interpret: bool | None = None,
                batch: int = 8, candidate_timeout_s: float = 180.0,
@@ -40,48 +111,15 @@ def run_tuning(problem: dict[str, Any], budget: dict[str, Any], *, database_url:
                policy: dict[str, Any] | None = None) -> TuningResult:
     """Tune ``problem`` on this machine's GPU (or the interpreter) and return the final job."""
     settings = settings or ServiceSettings(database_url=database_url)
-    device = detect_device(interpret)
     started = time.monotonic()
-    with EmbeddedServer(settings) as server:
-        client = KernelSearchClient(server.url, token=settings.worker_token)
-        job = client.submit_job(problem, budget=budget, backends=backends,
-                                gpu=device.gpu_model, policy=policy)
-        stop = threading.Event()
-        with IsolatedRunner(interpret=device.mode != "cuda",
-                            timeout_s=candidate_timeout_s) as runner:
-            loop = WorkerLoop(client, runner, device, batch=batch, poll_s=0.2)
-            loop.register()
-            failure: list[BaseException] = []
-
-            def work() -> None:
-                try:
-                    loop.run(stop)
-                except BaseException as exc:  # surfaced below, with the job's state
-                    failure.append(exc)
-                    stop.set()
-
-            worker = threading.Thread(target=work, daemon=True, name="kernelsearch-worker")
-            worker.start()
-            try:
-                while True:
-                    job = client.get_job(job["id"])
-                    if on_progress is not None:
-                        on_progress(job)
-                    if job["status"] in FINISHED or failure:
-                        break
-                    time.sleep(poll_s)
-            except KeyboardInterrupt:
-                client.cancel_job(job["id"])
-                job = client.get_job(job["id"])
-                raise
-            finally:
-                stop.set()
-                worker.join(timeout=candidate_timeout_s + 30)
-            if failure:
-                raise RuntimeError(f"the local worker stopped: {failure[0]!r}") from failure[0]
-        best = client.best(**_best_query(problem, device.gpu_model))
+    with LocalCluster(settings, interpret, batch, candidate_timeout_s) as cluster:
+        gpu = cluster.device.gpu_model
+        job = cluster.client.submit_job(problem, budget=budget, backends=backends, gpu=gpu,
+                                        policy=policy)
+        job = cluster.wait(job["id"], poll_s=poll_s, on_progress=on_progress)
+        best = cluster.client.best(**_best_query(problem, gpu))
     return TuningResult(job=job, best=best, wall_s=time.monotonic() - started,
-                        database_url=settings.database_url, gpu_model=device.gpu_model)
+                        database_url=settings.database_url, gpu_model=gpu)
 
 
 def _best_query(problem: dict[str, Any], gpu: str) -> dict[str, Any]:

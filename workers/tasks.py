@@ -81,8 +81,9 @@ def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets:
     import torch
 
     from kernel_templates.inputs import make_inputs
-    from kernel_templates.reference import reference_matmul, rel_error, tolerance_for
-    from kernel_templates.registry import check_supported, make_callable
+    from kernel_templates.reference import reference_matmul
+    from kernel_templates.registry import check_supported
+    from workers.execute import checked_calls
 
     t0 = time.perf_counter()
     spec = cand.config
@@ -102,13 +103,7 @@ def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets:
     errors: dict[str, float] = {}
     for side, c in contenders.items():
         check_supported(c.backend, c.problem)
-        sets[0].out.fill_(float("nan"))  # poisoned again for each contender
-        fns = [make_callable(c, s) for s in sets]
-        fns[0]()
-        if cuda:
-            torch.cuda.synchronize()
-        err = rel_error(sets[0].out, ref)
-        tol = tolerance_for(c.problem, c.config)
+        fns, err, tol = checked_calls(c, sets, ref, cuda)  # poisons the output each time
         errors[side] = err
         if not err <= tol:
             return Measurement(status=Status.WRONG_RESULT, rel_error=err, env=env,

@@ -127,11 +127,7 @@ class ReplayDevice:
 
     def _verify(self, a: Verify) -> Verification:
         def rounds(t: Trial) -> tuple[float, ...]:
-            # five round medians spread over the recorded p20..p80 band, centred on the median
-            m = t.median_us
-            lo = (m - (t.p20_us or m)) * self.verify_jitter
-            hi = ((t.p80_us or m) - m) * self.verify_jitter
-            return (m, m - 0.6 * lo, m + 0.6 * hi, m - 0.3 * lo, m + 0.3 * hi)
+            return verify_rounds(t.median_us, t.p20_us, t.p80_us, self.verify_jitter)
         wrong = self.overrides.get(json.dumps(dict(a.custom.config), sort_keys=True), {})
         if wrong.get("status", "ok") != "ok":
             return Verification(a.library.id, a.custom.id, str(wrong["status"]),
@@ -160,6 +156,14 @@ class _State:
         self.trials.append(Trial(len(self.trials) + 1, rec["backend"], dict(rec["config"]), tier,
                                  rec["status"], rec.get("median_us"), rec.get("p20_us"),
                                  rec.get("p80_us"), gpu_s))
+
+
+def verify_rounds(median: float, p20: float | None, p80: float | None,
+                  jitter: float = 1.0) -> tuple[float, ...]:
+    """Five FAKE round medians spread over a recorded p20..p80 band, centred on the median."""
+    lo = (median - (p20 or median)) * jitter
+    hi = ((p80 or median) - median) * jitter
+    return (median, median - 0.6 * lo, median + 0.6 * hi, median - 0.3 * lo, median + 0.3 * hi)
 
 
 def run_shape(key: str, policy: Policy, **kw: Any) -> Decision:

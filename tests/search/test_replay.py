@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from search.agent import Policy, Trial, Verify
+from search.agent import Policy
 from search.constraints import DeviceLimits
 from search.optimizer import GemmTuner
 from search.types import Candidate, Device, GemmProblem, Measurement, Status, Task, config_key
 from service.app import create_app
 from service.client import KernelSearchClient
 from service.settings import ServiceSettings
-from tests.search.agent_replay import H100_REPLAY_CALIBRATION, ReplayDevice, run_shape, tier_of
+from tests.search.agent_replay import H100_REPLAY_CALIBRATION, run_shape, tier_of, verify_rounds
 from workers.loop import WorkerLoop
 
 DATA = json.loads((Path(__file__).parents[1] / "data" / "h100_gemm_trials.json").read_text())
@@ -89,9 +89,7 @@ class RecordedRunner:
 
 
 def _rounds(m: Measurement) -> tuple[float, ...]:
-    trial = Trial(0, "x", {}, None, "ok", m.median_us, m.p20_us, m.p80_us)
-    return ReplayDevice(GemmProblem(1, 1, 1), [], Policy())._verify(
-        Verify(trial, trial, 5)).custom_us
+    return verify_rounds(m.median_us, m.p20_us, m.p80_us)
 
 
 class RecordedTuner:
