@@ -5,6 +5,8 @@
 #   env:   STAGES=tests,e2e,agent,cutlass,variants,skinny,bench (default tests,e2e,agent,bench;
 #          run in the order given)  SHAPES=0,2,7,8 (benchmark shape indices, default all)
 #          TRIALS=64  AGENT_TRIALS=32  CUTLASS_OPS=6  BENCH_SHAPES=path/to/gemm_public.json
+#          CUTLASS_ARGS="--cache DIR --keep-cache --extra-cached 24" (more gpu_cutlass_check.py
+#          flags: e.g. reuse a cache built on another host of the same arch)
 #          PEER=1 (0: skip max-autotune)
 # Dependencies must already be importable (on a host without a package index: install the
 # wheelhouse into /tmp/site and put it on PYTHONPATH first; see README).
@@ -43,7 +45,8 @@ for stage in ${stages//,/ }; do
     cutlass)
       echo "== CUTLASS: enumerate, compile (cold, then warm cache), check, time"
       python3 scripts/gpu_cutlass_check.py --shapes "$shapes_file" --out "$out/cutlass" \
-        --max-ops "${CUTLASS_OPS:-6}" --only "${SHAPES:-}" 2>&1 | tee "$out/cutlass.log"
+        --max-ops "${CUTLASS_OPS:-6}" --only "${SHAPES:-}" ${CUTLASS_ARGS:-} 2>&1 \
+        | tee "$out/cutlass.log"
       rc=$(( rc | ${PIPESTATUS[0]} )) ;;
     variants)
       echo "== Triton Hopper variants and tf32"
