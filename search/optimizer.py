@@ -26,7 +26,8 @@ from search.constraints import DeviceLimits, violations
 from search.spaces import triton_gemm
 from search.types import GemmProblem, Measurement, config_key
 
-__all__ = ["GemmTuner", "Proposal", "close_storages", "study_name"]
+__all__ = ["PENALTY_US", "GemmTuner", "Proposal", "StudyTuner", "close_storages", "storage_for",
+           "study_name"]
 
 #: Objective given to infeasible or failed configurations; the constraint keeps them ranked
 #: below every feasible one whatever this value is.
@@ -73,7 +74,85 @@ def close_storages() -> None:
         _storages.clear()
 
 
-class GemmTuner:
+class StudyTuner:
+    """What the tuners here share: one persisted Optuna study, ask/tell bookkeeping, and the
+    rule that a failed or infeasible configuration is told as an infeasible trial.
+
+    Subclasses own the search space and :meth:`propose`; this base owns everything that happens
+    once a proposal exists (``record``, ``abandon``, ``best``), so the Triton and CUTLASS
+    tuners tell Optuna the same things in the same way.
+    """
+
+    def __init__(self, storage_url: str, name: str, seed: int = 0) -> None:
+        self.exhausted = False
+        storage = storage_for(storage_url)
+        self._study = optuna.create_study(storage=storage, study_name=name,
+                                          direction="minimize", load_if_exists=True)
+        n_trials = len(self._study.get_trials(deepcopy=False))
+        #: a new study: the subclass enqueues its seeds
+        self.fresh = n_trials == 0
+        # A fresh sampler per call: reseed from the study's length, so that two calls do not
+        # replay one random stream (the sampler itself keeps no state worth persisting).
+        digest = hashlib.sha256(f"{seed}:{name}:{n_trials}".encode()).digest()
+        self._study.sampler = optuna.samplers.TPESampler(
+            seed=int.from_bytes(digest[:4], "little"), multivariate=True, constant_liar=True,
+            n_startup_trials=10)
+
+    @property
+    def study(self) -> optuna.Study:
+        return self._study
+
+    def record(self, trial_number: int, measurement: Measurement) -> None:
+        """Tell the study how a proposed configuration did (idempotent)."""
+        if self._state(trial_number) != TrialState.RUNNING:
+            return
+        self._tell(trial_number, measurement, reused=False)
+
+    def abandon(self, trial_number: int) -> None:
+        """Forget a proposal that will never be measured (its job was cancelled or ran out of
+        time): the configuration may be proposed again later."""
+        if self._state(trial_number) == TrialState.RUNNING:
+            self._study.tell(trial_number, state=TrialState.PRUNED)
+
+    def best(self) -> tuple[dict[str, Any], float] | None:
+        feasible = [t for t in self._study.get_trials(deepcopy=False,
+                                                      states=(TrialState.COMPLETE,))
+                    if not t.system_attrs.get(_VIOLATION) and t.value is not None]
+        if not feasible:
+            return None
+        top = min(feasible, key=lambda t: t.value)
+        return self._config_of(top), float(top.value)
+
+    def _config_of(self, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        """The configuration a trial stands for (its parameters, unless a subclass maps
+        them)."""
+        return dict(trial.params)
+
+    def _trial_id(self, trial_number: int) -> int:
+        return self._study._storage.get_trial_id_from_study_id_trial_number(
+            self._study._study_id, trial_number)
+
+    def _state(self, trial_number: int) -> TrialState:
+        # One trial's row, not the whole study: this runs on every report.
+        return self._study._storage.get_trial(self._trial_id(trial_number)).state
+
+    def _tell(self, trial_number: int, m: Measurement, *, reused: bool) -> None:
+        storage = self._study._storage
+        trial_id = self._trial_id(trial_number)
+        storage.set_trial_user_attr(trial_id, "status", str(m.status))
+        if m.compile_s is not None:
+            storage.set_trial_user_attr(trial_id, "compile_s", float(m.compile_s))
+        if reused:
+            storage.set_trial_user_attr(trial_id, "reused", True)
+        if m.ok:
+            storage.set_trial_system_attr(trial_id, _VIOLATION, 0.0)
+            self._study.tell(trial_number, float(m.median_us))
+        else:
+            storage.set_trial_system_attr(trial_id, _VIOLATION, 1.0)
+            self._study.tell(trial_number, PENALTY_US)
+
+
+class GemmTuner(StudyTuner):
     """Proposes Triton GEMM configurations for one problem on one GPU model."""
 
     def __init__(self, storage_url: str, problem: GemmProblem, gpu_model: str,
@@ -81,28 +160,13 @@ class GemmTuner:
         self.problem = problem
         self.limits = limits
         self.tier = tier
-        self.exhausted = False
         self._params = triton_gemm.params(tier)
         self._space = triton_gemm.space(problem, tier)
         self._dists = {c.name: CategoricalDistribution(list(c.values)) for c in self._space}
-        storage = storage_for(storage_url)
-        name = study_name(problem, gpu_model, tier)
-        self._study = optuna.create_study(storage=storage, study_name=name,
-                                          direction="minimize", load_if_exists=True)
-        n_trials = len(self._study.get_trials(deepcopy=False))
-        # A fresh sampler per call: reseed from the study's length, so that two calls do not
-        # replay one random stream (the sampler itself keeps no state worth persisting).
-        digest = hashlib.sha256(f"{seed}:{name}:{n_trials}".encode()).digest()
-        self._study.sampler = optuna.samplers.TPESampler(
-            seed=int.from_bytes(digest[:4], "little"), multivariate=True, constant_liar=True,
-            n_startup_trials=10)
-        if n_trials == 0:
+        super().__init__(storage_url, study_name(problem, gpu_model, tier), seed)
+        if self.fresh:
             for config in triton_gemm.seeds(problem, tier):
                 self._study.enqueue_trial(config, skip_if_exists=True)
-
-    @property
-    def study(self) -> optuna.Study:
-        return self._study
 
     def propose(self, n: int, known: Callable[[dict[str, Any]], Measurement | None]
                 ) -> list[Proposal]:
@@ -144,45 +208,3 @@ class GemmTuner:
             misses = 0
         self.exhausted = len(out) < n
         return out
-
-    def record(self, trial_number: int, measurement: Measurement) -> None:
-        """Tell the study how a proposed configuration did (idempotent)."""
-        if self._state(trial_number) != TrialState.RUNNING:
-            return
-        self._tell(trial_number, measurement, reused=False)
-
-    def abandon(self, trial_number: int) -> None:
-        """Forget a proposal that will never be measured (its job was cancelled or ran out of
-        time): the configuration may be proposed again later."""
-        if self._state(trial_number) == TrialState.RUNNING:
-            self._study.tell(trial_number, state=TrialState.PRUNED)
-
-    def best(self) -> tuple[dict[str, Any], float] | None:
-        feasible = [t for t in self._study.get_trials(deepcopy=False,
-                                                      states=(TrialState.COMPLETE,))
-                    if not t.system_attrs.get(_VIOLATION) and t.value is not None]
-        if not feasible:
-            return None
-        top = min(feasible, key=lambda t: t.value)
-        return dict(top.params), float(top.value)
-
-    def _trial_id(self, trial_number: int) -> int:
-        return self._study._storage.get_trial_id_from_study_id_trial_number(
-            self._study._study_id, trial_number)
-
-    def _state(self, trial_number: int) -> TrialState:
-        # One trial's row, not the whole study: this runs on every report.
-        return self._study._storage.get_trial(self._trial_id(trial_number)).state
-
-    def _tell(self, trial_number: int, m: Measurement, *, reused: bool) -> None:
-        storage = self._study._storage
-        trial_id = self._trial_id(trial_number)
-        storage.set_trial_user_attr(trial_id, "status", str(m.status))
-        if reused:
-            storage.set_trial_user_attr(trial_id, "reused", True)
-        if m.ok:
-            storage.set_trial_system_attr(trial_id, _VIOLATION, 0.0)
-            self._study.tell(trial_number, float(m.median_us))
-        else:
-            storage.set_trial_system_attr(trial_id, _VIOLATION, 1.0)
-            self._study.tell(trial_number, PENALTY_US)

@@ -1,0 +1,314 @@
+"""Optuna over the CUTLASS library GEMMs of one problem on one GPU model, minding compile time.
+
+A CUTLASS configuration (``search.spaces.cutlass_gemm``) is an operation, fixed at compile
+time, plus three runtime knobs. Two things make it unlike the Triton space:
+
+- **The space is sparse.** About 130 operations serve a problem. One categorical over their
+  names would teach TPE nothing about the next name, so the study is parametrised by the
+  factors an operation is made of (tile, cluster, kernel schedule, epilogue schedule, tile
+  scheduler, whether it reads a C operand) plus the knobs (raster, swizzle, splits). Most
+  combinations of factors name no operation; those, and those that break
+  ``cutlass_gemm.violations``, are told to Optuna as infeasible, so it learns where the
+  operations are. When TPE keeps missing, the next untried configuration in rank order is
+  enqueued instead, so every proposal call makes progress and :attr:`exhausted` means "nothing
+  new is left", never "TPE was unlucky".
+- **Compiling costs more than measuring.** An operation that is not built yet costs an nvcc run
+  (about a minute); its knob variants then cost nothing. The caller passes a
+  :class:`CompileBudget`: compile-seconds left, the operations already built, the ones whose
+  compile is under way. An unbuilt operation is proposed only while the budget covers the
+  estimated compile time (the mean of the compiles this study has seen, else
+  :data:`DEFAULT_COMPILE_S`); after that only knob variants of built operations are proposed,
+  the best-measured operations first.
+
+The first proposals of a new study are the ranked seeds (``cutlass_gemm.seeds``:
+nvMatmulHeuristics' order where it knows the GPU, else the analytic one), so the first compiled
+batch is the most promising one. Nothing here touches a GPU or nvcc.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from search.optimizer import PENALTY_US, Proposal, StudyTuner
+from search.spaces import cutlass_gemm
+from search.spaces.cutlass_gemm import OpLike
+from search.types import GemmProblem, Measurement, config_key
+
+__all__ = ["DEFAULT_COMPILE_S", "DIMS", "CompileBudget", "CutlassTuner", "cutlass_study_name",
+           "op_dims"]
+
+#: Compile time assumed for an unbuilt operation before this study has timed one (nvcc on one
+#: SM90 CUTLASS GEMM takes about a minute).
+DEFAULT_COMPILE_S = 60.0
+#: A measurement whose ``compile_s`` is at least this was a real compile, not a cache hit.
+_COLD_S = 1.0
+#: The factors of an operation, in the order they are asked.
+DIMS = ("tile", "cluster", "kernel_schedule", "epilogue_schedule", "tile_scheduler", "c_source")
+#: Asks of the sampler per proposal before the next untried configuration is enqueued instead
+#: (each miss is an ask and a tell in the database; few combinations of factors name an
+#: operation, so more tries mostly buy more misses). Fewer once the operation is fixed: then
+#: only knobs are sampled, and a non-persistent operation has a single setting.
+_TPE_TRIES = 4
+_TPE_TRIES_KNOBS = 2
+_VIOLATION = "constraints:violation"
+
+
+@dataclass(frozen=True)
+class CompileBudget:
+    """What compiling may still cost this search.
+
+    ``left_s``: compile-seconds the search may still spend (its budget minus what its measured
+    compiles took). ``built``: operations with an artifact (measured before on this GPU model):
+    free. ``pending``: unbuilt operations already proposed whose compile has not been reported;
+    each is charged the estimate until its measurement arrives.
+    """
+
+    left_s: float = math.inf
+    built: frozenset[str] = frozenset()
+    pending: frozenset[str] = frozenset()
+
+
+def op_dims(op: OpLike) -> dict[str, str]:
+    """The factored parameters of ``op`` (strings, so they are stable categorical choices)."""
+    return {"tile": "x".join(map(str, op.tile)), "cluster": "x".join(map(str, op.cluster)),
+            "kernel_schedule": op.kernel_schedule, "epilogue_schedule": op.epilogue_schedule,
+            "tile_scheduler": op.tile_scheduler,
+            "c_source": "void" if op.dtype_c is None else "c"}
+
+
+def _dims_key(dims: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(dims[d]) for d in DIMS)
+
+
+def _widest(ops: Iterable[OpLike]) -> list[OpLike]:
+    """One operation per factored point. Alignment variants of one point differ only in how
+    narrow an operand they accept; every one left after ``ops_for`` serves the problem, and the
+    widest alignment loads fastest, so the others would only be slower twins."""
+    best: dict[tuple[str, ...], OpLike] = {}
+    for op in ops:
+        key = _dims_key(op_dims(op))
+        cur = best.get(key)
+        width = (getattr(op, "alignment_a", 0), getattr(op, "alignment_b", 0))
+        if cur is None or width > (getattr(cur, "alignment_a", 0), getattr(cur, "alignment_b", 0)):
+            best[key] = op
+    return sorted(best.values(), key=lambda op: op.name)
+
+
+def cutlass_study_name(problem: GemmProblem, gpu_model: str, ops: Sequence[OpLike]) -> str:
+    """One study per problem, GPU model and operation set: a CUTLASS upgrade that changes the
+    operations starts a new study (Optuna refuses new choices for an existing parameter)."""
+    digest = hashlib.sha256("\n".join(sorted(op.name for op in ops)).encode()).hexdigest()[:10]
+    return f"cutlass-gemm|{problem.key()}|{gpu_model}|{digest}"
+
+
+class CutlassTuner(StudyTuner):
+    """Proposes CUTLASS configurations for one problem on one GPU model (see the module
+    docstring). ``ops``: the operations that serve the problem (default:
+    ``kernel_templates.cutlass.ops_for``); ``n_seeds``: how many ranked seeds a new study
+    starts with."""
+
+    def __init__(self, storage_url: str, problem: GemmProblem, gpu_model: str,
+                 ops: Sequence[OpLike] | None = None, seed: int = 0, n_seeds: int = 8) -> None:
+        if ops is None:
+            from kernel_templates.cutlass import ops_for
+
+            ops = ops_for(problem)
+        self.problem = problem
+        self.gpu_model = gpu_model
+        self._ops = {op.name: op for op in _widest(ops)}
+        self._by_dims = {_dims_key(op_dims(op)): op for op in self._ops.values()}
+        gpu = cutlass_gemm.heuristics_gpu(gpu_model)
+        #: operations fastest first by estimate: the enqueue order when TPE keeps missing
+        self._ranked = [r.op for r in cutlass_gemm.rank(problem, self._ops.values(), gpu)]
+        self._configs = {name: cutlass_gemm.configs(problem, op)
+                         for name, op in self._ops.items()}
+        self._dists: dict[str, CategoricalDistribution] = {
+            d: CategoricalDistribution(sorted({op_dims(op)[d] for op in self._ops.values()}))
+            for d in DIMS}
+        self._dists.update({
+            "raster": CategoricalDistribution(list(cutlass_gemm.RASTERS)),
+            "swizzle": CategoricalDistribution(list(cutlass_gemm.SWIZZLES)),
+            "splits": CategoricalDistribution(list(cutlass_gemm.SPLITS))})
+        super().__init__(storage_url, cutlass_study_name(problem, gpu_model,
+                                                         list(self._ops.values())), seed)
+        if self.fresh:
+            for cfg in cutlass_gemm.seeds(problem, self._ops.values(), n_seeds, gpu):
+                self._study.enqueue_trial(self.params_of(cfg), skip_if_exists=True)
+
+    # -- the space ----------------------------------------------------------------------------
+    @property
+    def ops(self) -> dict[str, OpLike]:
+        return dict(self._ops)
+
+    def params_of(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The study's parameters of a configuration."""
+        return {**op_dims(self._ops[config["op"]]),
+                **{k: config[k] for k in cutlass_gemm.KNOBS}}
+
+    def config_of(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        """The configuration the parameters stand for; ``None`` when no operation has those
+        factors."""
+        op = self._by_dims.get(_dims_key(params))
+        if op is None:
+            return None
+        return {"op": op.name, **{k: params[k] for k in cutlass_gemm.KNOBS}}
+
+    def _config_of(self, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        return dict(trial.user_attrs.get("config") or self.config_of(trial.params) or {})
+
+    # -- compile cost -------------------------------------------------------------------------
+    def compile_estimate_s(self) -> float:
+        """What compiling one more operation is expected to take: the mean of the real
+        compiles this study has been told of, else :data:`DEFAULT_COMPILE_S`."""
+        seen = [float(t.user_attrs["compile_s"]) for t in self._study.get_trials(
+                    deepcopy=False, states=(TrialState.COMPLETE,))
+                if float(t.user_attrs.get("compile_s") or 0.0) >= _COLD_S]
+        return sum(seen) / len(seen) if seen else DEFAULT_COMPILE_S
+
+    # -- proposing ----------------------------------------------------------------------------
+    def propose(self, n: int, known: Callable[[dict[str, Any]], Measurement | None],
+                budget: CompileBudget | None = None) -> list[Proposal]:
+        """Up to ``n`` configurations never measured for this problem and GPU model, within
+        ``budget`` (default: no compile limit).
+
+        Infeasible combinations and configurations ``known`` has a measurement for are told to
+        the study at once and not returned; so are operations that failed to compile before.
+        Fewer than ``n`` come back only when no untried configuration is left that the budget
+        allows: then :attr:`exhausted` is set.
+        """
+        if n <= 0:
+            return []
+        budget = budget or CompileBudget()
+        trials = self._study.get_trials(deepcopy=False)
+        tried = {config_key(t.user_attrs["config"]) for t in trials
+                 if "config" in t.user_attrs and t.state in (TrialState.COMPLETE,
+                                                             TrialState.RUNNING)}
+        broken = {t.user_attrs["config"]["op"] for t in trials if "config" in t.user_attrs
+                  and t.user_attrs.get("status") == "compile_error"}
+        # an operation whose compile is under way is charged once, then its knobs are free
+        built = set(budget.built) | set(budget.pending)
+        estimate = self.compile_estimate_s()
+        left = budget.left_s - estimate * len(budget.pending - budget.built)
+        best_of = self._best_per_op(trials)
+        out: list[Proposal] = []
+        self.exhausted = False
+        while len(out) < n:
+            affordable = left >= estimate
+            allowed = None if affordable else (built - broken)
+            got = self._one(known, tried, broken, built, allowed, best_of)
+            if got is None:
+                self.exhausted = True
+                break
+            proposal, cold = got
+            out.append(proposal)
+            if cold:
+                left -= estimate
+                built.add(proposal.config["op"])
+        return out
+
+    def _one(self, known: Callable[[dict[str, Any]], Measurement | None], tried: set[str],
+             broken: set[str], built: set[str], allowed: set[str] | None,
+             best_of: dict[str, float]) -> tuple[Proposal, bool] | None:
+        """One new proposal and whether its operation needs compiling; ``None`` when no
+        untried configuration of the ``allowed`` operations (``None``: any) is left."""
+        built_only = allowed is not None
+        for _ in range(_TPE_TRIES_KNOBS if built_only else _TPE_TRIES):
+            if built_only:
+                focus = self._focus(allowed or set(), tried, best_of)
+                if focus is None:
+                    return None
+                # the operation is fixed; the sampler chooses its knobs
+                self._study.enqueue_trial(op_dims(self._ops[focus]))
+            got = self._judge(self._study.ask(self._dists), known, tried, broken, built,
+                              allowed)
+            if got is not None:
+                return got
+        while True:
+            cfg = self._next_untried(tried, broken, allowed, best_of)
+            if cfg is None:
+                return None
+            self._study.enqueue_trial(self.params_of(cfg))
+            got = self._judge(self._study.ask(self._dists), known, tried, broken, built,
+                              allowed)
+            if got is not None:
+                return got
+
+    def _judge(self, trial: optuna.Trial, known: Callable[[dict[str, Any]], Measurement | None],
+               tried: set[str], broken: set[str], built: set[str], allowed: set[str] | None
+               ) -> tuple[Proposal, bool] | None:
+        """Tell the study at once about a trial that will not be measured (and return
+        ``None``), or return it as a proposal."""
+        cfg = self.config_of(trial.params)
+        if cfg is None:
+            self._infeasible(trial, "no CUTLASS operation has these factors")
+            return None
+        trial.set_user_attr("config", cfg)
+        key = config_key(cfg)
+        reasons = cutlass_gemm.violations(self.problem, cfg, self._ops)
+        if cfg["op"] in broken:
+            reasons = [*reasons, "the operation failed to compile before"]
+        if reasons:
+            tried.add(key)
+            self._infeasible(trial, "; ".join(reasons))
+            return None
+        if key in tried or (allowed is not None and cfg["op"] not in allowed):
+            # In flight or done already, or an unbuilt operation once the compile budget is
+            # spent: not evidence about the configuration, so no value is told.
+            self._study.tell(trial, state=TrialState.PRUNED)
+            return None
+        tried.add(key)
+        previous = known(cfg)
+        if previous is not None:
+            self._tell(trial.number, previous, reused=True)
+            return None
+        cold = cfg["op"] not in built
+        trial.set_user_attr("cold", cold)
+        return Proposal(trial.number, cfg), cold
+
+    def _infeasible(self, trial: optuna.Trial, why: str) -> None:
+        trial.set_constraint("violation", 1.0)
+        trial.set_user_attr("invalid", why)
+        self._study.tell(trial, PENALTY_US)
+
+    def _focus(self, allowed: set[str], tried: set[str], best_of: dict[str, float]
+               ) -> str | None:
+        """The built operation whose knobs to tune next: the best-measured one that has an
+        untried knob setting left (unmeasured ones after, in rank order)."""
+        for name in self._order(allowed, best_of):
+            if any(config_key(c) not in tried for c in self._configs[name]):
+                return name
+        return None
+
+    def _next_untried(self, tried: set[str], broken: set[str], allowed: set[str] | None,
+                      best_of: dict[str, float]) -> dict[str, Any] | None:
+        names = self._ranked if allowed is None else self._order(allowed, best_of)
+        for name in names:
+            if name in broken:
+                continue
+            for cfg in self._configs[name]:
+                if config_key(cfg) not in tried:
+                    return cfg
+        return None
+
+    def _order(self, names: set[str], best_of: dict[str, float]) -> list[str]:
+        rank = {name: i for i, name in enumerate(self._ranked)}
+        return sorted((x for x in names if x in self._ops),
+                      key=lambda x: (best_of.get(x, math.inf), rank.get(x, len(rank))))
+
+    @staticmethod
+    def _best_per_op(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for t in trials:
+            cfg = t.user_attrs.get("config")
+            if (t.state == TrialState.COMPLETE and cfg and t.value is not None
+                    and not t.system_attrs.get(_VIOLATION)):
+                out[cfg["op"]] = min(out.get(cfg["op"], math.inf), float(t.value))
+        return out

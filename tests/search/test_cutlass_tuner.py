@@ -1,0 +1,157 @@
+"""The CUTLASS tuner against a real SQLite storage and the real operation list.
+
+Times and compile seconds come from a FAKE cost model (no GPU, no nvcc here): a fixed time per
+tile and knob and a minute per cold compile, enough to drive the ask/tell loop and the compile
+budget.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from search.cutlass_tuner import (
+    DEFAULT_COMPILE_S,
+    CompileBudget,
+    CutlassTuner,
+    cutlass_study_name,
+)
+from search.optimizer import close_storages
+from search.spaces import cutlass_gemm
+from search.types import GemmProblem, Measurement, Status, config_key
+
+pytest.importorskip("cutlass_library")
+
+PROBLEM = GemmProblem(4096, 4096, 4096)
+GPU = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> Iterator[str]:
+    """A SQLite study on tmpfs where there is one: the tuner commits every ask and tell, and a
+    disk's fsync would make that the cost of these tests, not the search."""
+    shm = Path("/dev/shm")
+    with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else tmp_path) as d:
+        yield f"sqlite:///{d}/c.db"
+        close_storages()
+
+
+@pytest.fixture(scope="module")
+def ops() -> list[Any]:
+    from kernel_templates.cutlass import ops_for
+
+    return ops_for(PROBLEM)
+
+
+def fake_us(config: dict[str, Any]) -> float:
+    """A FAKE time: bigger tiles and swizzle 2 are faster, stream-K splits a little slower."""
+    op = config["op"]
+    base = 300.0 if "256x128" in op else 320.0 if "128x256" in op else 360.0
+    return base - 5.0 * (config["swizzle"] == 2) + 2.0 * config["splits"]
+
+
+def test_a_new_study_proposes_the_ranked_seeds_first(url: str, ops: list[Any]) -> None:
+    tuner = CutlassTuner(url, PROBLEM, GPU, ops)
+    first = tuner.propose(4, lambda c: None)
+    seeds = cutlass_gemm.seeds(PROBLEM, tuner.ops.values(), 4,
+                               cutlass_gemm.heuristics_gpu(GPU))
+    assert [p.config for p in first] == seeds
+    # the study is parametrised by the factors of an operation, not by its name
+    params = tuner.study.trials[first[0].trial_number].params
+    assert set(params) == {"tile", "cluster", "kernel_schedule", "epilogue_schedule",
+                           "tile_scheduler", "c_source", "raster", "swizzle", "splits"}
+    assert tuner.config_of(params) == first[0].config
+
+
+def test_proposals_are_feasible_and_new_and_infeasible_combinations_are_told(
+        url: str, ops: list[Any]) -> None:
+    store: dict[str, Measurement] = {}
+    seen: list[str] = []
+    for _ in range(3):
+        tuner = CutlassTuner(url, PROBLEM, GPU, ops)  # a new instance each round: persisted
+        for p in tuner.propose(8, lambda c: store.get(config_key(c))):
+            assert cutlass_gemm.violations(PROBLEM, p.config, tuner.ops) == []
+            seen.append(config_key(p.config))
+            m = Measurement(Status.OK, median_us=fake_us(p.config), compile_s=0.0)
+            store[config_key(p.config)] = m
+            tuner.record(p.trial_number, m)
+    assert len(seen) == 24 and len(set(seen)) == 24
+    trials = tuner.study.trials
+    invalid = [t for t in trials if "invalid" in t.user_attrs]
+    assert invalid, "TPE's misses are told to the study as infeasible"
+    assert all(t.value == pytest.approx(1e9) for t in invalid)
+    best = tuner.best()
+    assert best is not None and best[0]["op"] in tuner.ops
+    assert best[1] == min(fake_us(tuner.config_of(t.params) or {}) for t in trials
+                          if t.user_attrs.get("status") == "ok")
+
+
+def test_the_compile_budget_caps_new_operations_then_only_knobs_of_built_ones(
+        url: str, ops: list[Any]) -> None:
+    tuner = CutlassTuner(url, PROBLEM, GPU, ops)
+    built = {cfg["op"] for cfg in cutlass_gemm.seeds(PROBLEM, tuner.ops.values(), 2,
+                                                      cutlass_gemm.heuristics_gpu(GPU))}
+    # room for exactly three compiles at the default estimate
+    budget = CompileBudget(left_s=3 * DEFAULT_COMPILE_S, built=frozenset(built))
+    proposals = tuner.propose(30, lambda c: None, budget)
+    assert len(proposals) == 30
+    new_ops = {p.config["op"] for p in proposals} - built
+    assert len(new_ops) == 3
+    # after the third new operation, only built ones (knob variants: no compile)
+    firsts = [i for i, p in enumerate(proposals) if p.config["op"] in new_ops
+              and p.config["op"] not in {q.config["op"] for q in proposals[:i]}]
+    assert all(p.config["op"] in built | new_ops for p in proposals[firsts[-1]:])
+    cold = [tuner.study.trials[p.trial_number].user_attrs["cold"] for p in proposals]
+    assert sum(cold) == 3
+
+
+def test_pending_compiles_are_charged_and_measured_compiles_set_the_estimate(
+        url: str, ops: list[Any]) -> None:
+    tuner = CutlassTuner(url, PROBLEM, GPU, ops)
+    assert tuner.compile_estimate_s() == DEFAULT_COMPILE_S
+    first = tuner.propose(2, lambda c: None)
+    for p, secs in zip(first, (30.0, 50.0), strict=True):
+        tuner.record(p.trial_number, Measurement(Status.OK, median_us=fake_us(p.config),
+                                                 compile_s=secs))
+    assert tuner.compile_estimate_s() == pytest.approx(40.0)
+    built = frozenset(p.config["op"] for p in first)
+    pending = frozenset({next(iter(set(tuner.ops) - built))})
+    # 100 s left: the pending compile takes 40, so one more (40) fits and a second does not
+    more = tuner.propose(10, lambda c: None,
+                         CompileBudget(left_s=100.0, built=built, pending=pending))
+    assert len({p.config["op"] for p in more} - built - pending) == 1
+
+
+def test_without_compile_budget_only_built_operations_and_then_exhausted(
+        url: str, ops: list[Any]) -> None:
+    tuner = CutlassTuner(url, PROBLEM, GPU, ops)
+    non_persistent = [op for op in tuner.ops.values() if not cutlass_gemm.is_persistent(op)]
+    one = non_persistent[0]  # a single knob setting: (heuristic, 1, 1)
+    budget = CompileBudget(left_s=0.0, built=frozenset({one.name}))
+    got = tuner.propose(5, lambda c: None, budget)
+    assert [p.config for p in got] == [cutlass_gemm.default_config(one)]
+    assert tuner.exhausted
+    tuner.record(got[0].trial_number, Measurement(Status.OK, median_us=500.0))
+    again = CutlassTuner(url, PROBLEM, GPU, ops)
+    assert again.propose(3, lambda c: None, budget) == [] and again.exhausted
+
+
+def test_an_operation_that_failed_to_compile_is_not_proposed_again(
+        url: str, ops: list[Any]) -> None:
+    tuner = CutlassTuner(url, PROBLEM, GPU, ops)
+    first = tuner.propose(1, lambda c: None)[0]
+    tuner.record(first.trial_number, Measurement(Status.COMPILE_ERROR, error="fake nvcc"))
+    bad = first.config["op"]
+    later = tuner.propose(40, lambda c: None,
+                          CompileBudget(left_s=0.0, built=frozenset({bad})))
+    assert later == [] and tuner.exhausted
+
+
+def test_the_study_name_follows_the_operation_set(ops: list[Any]) -> None:
+    a = cutlass_study_name(PROBLEM, GPU, ops)
+    assert a.startswith(f"cutlass-gemm|{PROBLEM.key()}|{GPU}|")
+    assert cutlass_study_name(PROBLEM, GPU, ops[:-1]) != a
