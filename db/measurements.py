@@ -46,6 +46,18 @@ def find_known(session: Session, problem_id: int, gpu_model: str, backend: str,
     return MeasurementRecord.of(row) if row is not None else None
 
 
+def built_ops(session: Session, problem_id: int, gpu_model: str, backend: str) -> set[str]:
+    """The ``op`` of every configuration of ``backend`` measured for this problem on this GPU
+    model that got past compiling: a worker has built it (CUTLASS: an nvcc artifact)."""
+    rows = session.scalars(
+        select(MeasurementRow.config)
+        .where(MeasurementRow.problem_id == problem_id, MeasurementRow.gpu_model == gpu_model,
+               MeasurementRow.backend == backend,
+               MeasurementRow.status.not_in((Status.COMPILE_ERROR.value,
+                                             Status.CRASHED.value)))).all()
+    return {str(c["op"]) for c in rows if isinstance(c, dict) and "op" in c}
+
+
 def _fastest(session: Session, *where: Any, backend: str | tuple[str, ...] | None
              ) -> MeasurementRecord | None:
     stmt = select(MeasurementRow).where(*where, MeasurementRow.status == _OK,

@@ -11,7 +11,11 @@ Stages::
 
     calibrate + library  ->  verdict 1: efficiency = attainable / library time
         >= threshold  ->  library_sufficient (stop: no custom trial is spent)
-        else          ->  custom: tiers in order (plain tiles -> split-K -> Hopper variants ->
+        else          ->  CUTLASS search (when the job allows CUTLASS and it serves the
+                          problem): Optuna over CUTLASS configurations within a trial and a
+                          compile-seconds budget; library side, so it raises the library best
+                          (verdict 1 is asked again on it) and counts as library in verdict 2
+                      ->  custom: tiers in order (plain tiles -> split-K -> Hopper variants ->
                           lower precision, those that apply), each with its share of the
                           trial budget; a tier stops early when it stalls (no > min_gain
                           improvement in ``patience`` trials) or, after ``probe`` trials, is
@@ -34,10 +38,16 @@ from search.roofline import Calibration, Roofline, roofline
 from search.types import GemmProblem, config_key
 
 __all__ = [
-    "Action", "Calibrate", "Decide", "Decision", "Evidence", "MeasureLibrary", "Pick", "Plan",
-    "Policy", "Search", "Stage", "StopTier", "TierPlan", "TierProgress", "Trial", "Verdict",
-    "Verification", "Verify", "Wait", "plan", "tier_progress",
+    "CUTLASS_TIER", "Action", "Calibrate", "CutlassProgress", "Decide", "Decision", "Evidence",
+    "MeasureLibrary", "Pick", "Plan", "Policy", "Search", "Stage", "StopTier", "TierPlan",
+    "TierProgress", "Trial", "Verdict", "Verification", "Verify", "Wait", "cutlass_progress",
+    "plan", "tier_progress",
 ]
+
+#: The ``tier`` of the CUTLASS search's candidates. Library side: its trials count with the
+#: library (``Evidence.library``), never with the custom tiers.
+CUTLASS_TIER = "cutlass"
+_CUTLASS = "cutlass"  # the backend
 
 
 class Verdict(StrEnum):
@@ -48,6 +58,7 @@ class Verdict(StrEnum):
 
 class Stage(StrEnum):
     LIBRARY = "library"
+    CUTLASS = "cutlass"
     CUSTOM = "custom"
     VERIFY = "verify"
     DECIDED = "decided"
@@ -56,7 +67,10 @@ class Stage(StrEnum):
 @dataclass(frozen=True)
 class Policy:
     """How the agent spends GPU time. ``full_search`` disables every early stop (the baseline
-    the agent is benchmarked against); ``force_custom`` skips verdict 1."""
+    the agent is benchmarked against); ``force_custom`` skips verdict 1. ``cutlass_trials``
+    and ``cutlass_compile_s`` bound the CUTLASS search (0 trials: no search): compiling a new
+    CUTLASS operation costs about a minute of nvcc, far more than measuring one, so it has a
+    budget of its own."""
 
     threshold: float = 0.9
     force_custom: bool = False
@@ -69,6 +83,8 @@ class Policy:
     verify_rounds: int = 5
     #: verify only a custom best whose search median is within this of the library's
     verify_margin: float = 0.03
+    cutlass_trials: int = 12
+    cutlass_compile_s: float = 900.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -79,6 +95,8 @@ class Policy:
             "promise_gap": self.promise_gap >= 0,
             "verify_rounds": self.verify_rounds >= 5,
             "verify_margin": self.verify_margin >= 0,
+            "cutlass_trials": self.cutlass_trials >= 0,
+            "cutlass_compile_s": 0 <= self.cutlass_compile_s < math.inf,
         }
         for name, ok in checks.items():
             if not ok:
@@ -121,6 +139,7 @@ class Trial:
     p20_us: float | None = None
     p80_us: float | None = None
     gpu_s: float = 0.0
+    compile_s: float = 0.0  # building its callables (a CUTLASS op not in the cache: nvcc)
 
     @property
     def done(self) -> bool:
@@ -167,11 +186,12 @@ class Evidence:
 
     @property
     def library(self) -> list[Trial]:
-        return [t for t in self.trials if t.tier is None]
+        """The first stage's candidates and the CUTLASS search's."""
+        return [t for t in self.trials if t.tier in (None, CUTLASS_TIER)]
 
     @property
     def custom(self) -> list[Trial]:
-        return [t for t in self.trials if t.tier is not None]
+        return [t for t in self.trials if t.tier not in (None, CUTLASS_TIER)]
 
 
 # -- actions ---------------------------------------------------------------------------------
@@ -189,10 +209,12 @@ class MeasureLibrary:
 
 @dataclass(frozen=True)
 class Search:
-    """Up to ``n`` more custom trials in ``tier`` (``None``: no trial cap, only the window)."""
+    """Up to ``n`` more trials in ``tier`` (``None``: no trial cap, only the window): a custom
+    tier, or ``CUTLASS_TIER`` with the compile-seconds it may still spend."""
 
     tier: str
     n: int | None
+    compile_left_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -380,6 +402,64 @@ def tier_progress(ev: Evidence) -> list[TierProgress]:
     return out
 
 
+@dataclass(frozen=True)
+class CutlassProgress(TierProgress):
+    """Where the CUTLASS search stands, with the compile-seconds its measurements reported."""
+
+    compile_s: float = 0.0
+    compile_budget_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "side": "library", "compile_s": round(self.compile_s, 3),
+                "compile_budget_s": self.compile_budget_s}
+
+
+def cutlass_progress(ev: Evidence) -> CutlassProgress | None:
+    """The CUTLASS search's state; ``None`` when it does not run: the policy gives it no
+    trials, or CUTLASS contributed no first-stage candidate (the job does not allow it, or it
+    cannot serve the problem; ``Evidence.library_notes`` say why).
+
+    It ends when its trial budget is spent, when the tuner finds nothing untried within the
+    compile budget, when it stalls (no > ``min_gain`` gain on the library best in ``patience``
+    trials; not under ``full_search``), or when time is up. There is no promise rule: the
+    search *is* the library, so there is nothing for it to be behind."""
+    pol = ev.policy
+    if pol.cutlass_trials <= 0 or not any(b == _CUTLASS for b, _ in ev.library_configs):
+        return None
+    trials = sorted((t for t in ev.trials if t.tier == CUTLASS_TIER), key=lambda t: t.id)
+    done = [t for t in trials if t.done]
+    compile_s = sum(t.compile_s for t in done)
+    first = _custom_best([t for t in ev.trials if t.tier is None])
+    running = first.median_us if first is not None else None
+    since = 0
+    for t in done:
+        if t.ok and (running is None or t.median_us < running * (1 - pol.min_gain)):
+            running, since = t.median_us, 0
+        else:
+            since += 1
+            if t.ok and running is not None:
+                running = min(running, t.median_us)
+    budget = pol.cutlass_trials
+    ended, reason = False, ""
+    if len(trials) >= budget and len(done) == len(trials):
+        ended, reason = True, f"budget of {budget} trials spent"
+    elif CUTLASS_TIER in ev.exhausted_tiers and len(done) == len(trials):
+        ended, reason = True, ("nothing untried left within the compile budget "
+                               f"({compile_s:.0f} of {pol.cutlass_compile_s:.0f} s compiled)")
+    elif not pol.full_search and since >= pol.patience:
+        ended, reason = True, (f"stalled: no gain over {pol.min_gain:.0%} in the last "
+                               f"{since} trials")
+    elif ev.time_up and len(done) == len(trials):
+        ended, reason = True, "time budget spent"
+    room: int | None = budget - len(trials)
+    if not pol.full_search:
+        room = min(budget - len(trials), pol.patience - since - (len(trials) - len(done)))
+    best = _custom_best(trials)
+    return CutlassProgress(CUTLASS_TIER, budget, len(trials), len(done),
+                           best.median_us if best else None, ended, reason, room, compile_s,
+                           pol.cutlass_compile_s)
+
+
 # -- the plan --------------------------------------------------------------------------------
 def plan(ev: Evidence) -> Plan:
     """What to do next for the job described by ``ev``."""
@@ -394,7 +474,9 @@ def plan(ev: Evidence) -> Plan:
     if wanted:
         actions.append(MeasureLibrary(wanted))
 
-    lib_pending = any(not t.done for t in ev.library) or bool(wanted)
+    # the first stage only: the CUTLASS search's trials are library too, but verdict 1 must
+    # not wait for them (a search result over the threshold ends the job at once)
+    lib_pending = any(not t.done for t in ev.library if t.tier is None) or bool(wanted)
     skip_verdict1 = pol.force_custom or pol.full_search or not ev.library_configs
     if not skip_verdict1 and (lib_pending or need_cal):
         return Plan(Stage.LIBRARY, (*actions, Wait("waiting for the library and calibration")))
@@ -406,6 +488,20 @@ def plan(ev: Evidence) -> Plan:
             and lib_eff >= pol.threshold:
         return Plan(Stage.DECIDED, (Decide(_with_notes(
             ev, _decide_library_sufficient(ev, rf, lib, lib_eff))),))
+    # The CUTLASS search: library side, so before any custom tier, and it raises the library
+    # best the custom kernels must beat (and verdict 1 above is asked again on each result).
+    cut = cutlass_progress(ev)
+    if cut is not None:
+        if cut.ended and any(not t.done for t in ev.library if t.tier == CUTLASS_TIER):
+            actions.append(StopTier(CUTLASS_TIER, cut.reason))
+        if not cut.ended:
+            if lib_pending:  # its seeds are the first stage's: never propose one twice
+                return Plan(Stage.LIBRARY, (*actions, Wait("waiting for the library")))
+            if (not ev.time_up and CUTLASS_TIER not in ev.exhausted_tiers
+                    and cut.created < (cut.budget or 0) and (cut.room is None or cut.room > 0)):
+                left = max(0.0, pol.cutlass_compile_s - cut.compile_s)
+                return Plan(Stage.CUTLASS, (*actions, Search(CUTLASS_TIER, cut.room, left)))
+            return Plan(Stage.CUTLASS, (*actions, Wait("waiting for the CUTLASS search")))
     if not ev.custom_allowed:
         if lib_pending:
             return Plan(Stage.LIBRARY, (*actions, Wait("waiting for the library")))
@@ -458,13 +554,19 @@ def _pick(t: Trial, rf: Roofline | None, median: float | None = None,
 
 
 def _spend(ev: Evidence) -> dict[str, dict[str, float]]:
-    lib, cus = ev.library, ev.custom
+    lib = [t for t in ev.library if t.tier is None]
+    cut = [t for t in ev.library if t.tier == CUTLASS_TIER]
+    cus = ev.custom
     v = ev.verification
     return {
         "calibration": {"trials": int(ev.calibration_gpu_s > 0),
                         "gpu_s": round(ev.calibration_gpu_s, 3)},
         "library": {"trials": sum(t.done for t in lib),
-                    "gpu_s": round(sum(t.gpu_s for t in lib), 3)},
+                    "gpu_s": round(sum(t.gpu_s for t in lib), 3),
+                    "compile_s": round(sum(t.compile_s for t in lib), 3)},
+        "cutlass": {"trials": sum(t.done for t in cut),
+                    "gpu_s": round(sum(t.gpu_s for t in cut), 3),
+                    "compile_s": round(sum(t.compile_s for t in cut), 3)},
         "custom": {"trials": sum(t.done for t in cus),
                    "gpu_s": round(sum(t.gpu_s for t in cus), 3)},
         "verify": {"trials": int(v is not None and v.status is not None),
@@ -474,15 +576,27 @@ def _spend(ev: Evidence) -> dict[str, dict[str, float]]:
 
 def _library_trials(ev: Evidence) -> tuple[dict[str, Any], ...]:
     return tuple({"candidate_id": t.id, "backend": t.backend, "config": dict(t.config),
-                  "status": t.status, "median_us": t.median_us}
+                  "status": t.status, "median_us": t.median_us,
+                  "search": t.tier == CUTLASS_TIER}
                  for t in sorted(ev.library, key=lambda t: t.id))
 
 
 def _with_notes(ev: Evidence, d: Decision) -> Decision:
-    """``d`` with the library trials listed and the evidence's notes added to its rationale."""
+    """``d`` with the library trials listed, the CUTLASS search (when it ran) first among the
+    searches, and the evidence's notes added to its rationale."""
     notes = tuple(ev.library_notes)
-    why = " ".join((d.rationale, *notes)) if notes else d.rationale
-    return replace(d, rationale=why, library_trials=_library_trials(ev), notes=notes)
+    why, tiers = d.rationale, d.tiers
+    cut = cutlass_progress(ev)
+    if cut is not None and cut.created:
+        best = f"best {cut.best_us:.1f} us" if cut.best_us is not None else "none ran correctly"
+        why += (f" CUTLASS search (library side): {cut.created} trials, {best}, "
+                f"{cut.compile_s:.0f} of {cut.compile_budget_s:.0f} compile-s "
+                f"({cut.reason or 'open'}).")
+        tiers = (cut.to_dict(), *tiers)
+    if notes:
+        why = " ".join((why, *notes))
+    return replace(d, rationale=why, tiers=tiers, library_trials=_library_trials(ev),
+                   notes=notes)
 
 
 def _describe_roofline(rf: Roofline | None) -> str:

@@ -10,6 +10,7 @@ finish the job. Transactions stay short and never span a tuner call (see ``servi
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from db.records import (
 )
 from search import agent
 from search.constraints import DeviceLimits, limits_for
+from search.cutlass_tuner import CompileBudget
 from search.roofline import Calibration
 from search.spaces import triton_gemm
 from search.types import (
@@ -164,7 +166,7 @@ class AgentLoop:
             elif isinstance(action, agent.StopTier):
                 changed |= self._stop_tier(job, action.tier, action.reason) > 0
             elif isinstance(action, agent.Search):
-                changed |= self._search(job, action, device, now)
+                changed |= self._search(job, ev, action, device, now)
             elif isinstance(action, agent.Verify):
                 self._add(job, Task.VERIFY.value, [(_verify_config(action), None)], now)
             elif isinstance(action, agent.Decide):
@@ -185,11 +187,13 @@ class AgentLoop:
             if items:
                 cands.add_candidates(s, job.id, job.problem_id, backend, items, now, tier)
 
-    def _search(self, job: JobRecord, action: agent.Search, device: dict[str, Any],
-                now: datetime) -> bool:
-        """Top the tier up to the job's window of outstanding trials; True when planning again
-        may add more: the tier's space ran out, or its budget is all out and the window still
-        has room (the next tier may start)."""
+    def _search(self, job: JobRecord, ev: agent.Evidence, action: agent.Search,
+                device: dict[str, Any], now: datetime) -> bool:
+        """Top the tier (a Triton tier, or the CUTLASS search) up to the job's window of
+        outstanding trials; True when planning again may add more: the tier's space ran out,
+        or its budget is all out and the window still has room (the next tier may start)."""
+        cutlass = action.tier == agent.CUTLASS_TIER
+        backend = CUTLASS if cutlass else TRITON
         with self.db.read_session() as s:
             outstanding = cands.job_counts(s, job.id).outstanding
         room = self.settings.window - outstanding
@@ -202,18 +206,19 @@ class AgentLoop:
 
         def known(config: dict[str, Any]) -> Measurement | None:
             with self.db.read_session() as s:
-                found = measurements.find_known(s, job.problem_id, gpu, TRITON,
+                found = measurements.find_known(s, job.problem_id, gpu, backend,
                                                 config_key(config))
             return found.to_measurement() if found is not None else None
 
+        extra = {"budget": self._compile_budget(job, ev, action)} if cutlass else {}
         with self.tuners.use(problem, gpu, limits, job.seed, action.tier) as tuner:
-            proposals = tuner.propose(n, known)
+            proposals = tuner.propose(n, known, **extra)
             exhausted = bool(tuner.exhausted)
             with self.db.session() as s:
                 current = jobs.get_job(s, job.id, lock=True)
                 active = current is not None and current.active
                 if active:
-                    cands.add_candidates(s, job.id, job.problem_id, TRITON,
+                    cands.add_candidates(s, job.id, job.problem_id, backend,
                                          [(dict(x.config), x.trial_number) for x in proposals],
                                          now, action.tier)
                     if exhausted:
@@ -223,6 +228,18 @@ class AgentLoop:
                     _safely(lambda t=tuner, n=x.trial_number: t.abandon(n))
         filled = action.n is not None and len(proposals) == action.n and action.n < room
         return active and (exhausted or filled)
+
+    def _compile_budget(self, job: JobRecord, ev: agent.Evidence, action: agent.Search
+                        ) -> CompileBudget:
+        """What the CUTLASS search may still compile: the seconds the agent allows, the
+        operations some worker has built for this problem and GPU model (measured past
+        compiling), and this job's proposals whose compile has not been reported yet."""
+        with self.db.read_session() as s:
+            built = measurements.built_ops(s, job.problem_id, job.bound_gpu or "", CUTLASS)
+        pending = {str(t.config.get("op")) for t in ev.library
+                   if t.tier == agent.CUTLASS_TIER and not t.done} - built
+        left = math.inf if action.compile_left_s is None else action.compile_left_s
+        return CompileBudget(left, frozenset(built), frozenset(pending))
 
     def _stop_tier(self, job: JobRecord, tier: str, reason: str) -> int:
         with self.db.session() as s:
@@ -340,7 +357,7 @@ def _own_calibration(gpu: str, m: MeasurementRecord) -> Calibration | None:
 def _trial(c: CandidateRecord, m: MeasurementRecord | None) -> agent.Trial:
     if m is not None:
         return agent.Trial(c.id, c.backend, c.config, c.tier, m.status, m.median_us, m.p20_us,
-                           m.p80_us, m.gpu_s)
+                           m.p80_us, m.gpu_s, m.compile_s or 0.0)
     if c.status == CandidateStatus.FAILED:  # never measured: its lease expired too often
         return agent.Trial(c.id, c.backend, c.config, c.tier, "crashed")
     return agent.Trial(c.id, c.backend, c.config, c.tier)

@@ -120,6 +120,14 @@ class PolicyIn(_In):
     verify_margin: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False,
                                           description="re-measure a custom best only when "
                                                       "within this of the library")] = 0.03
+    cutlass_trials: Annotated[int, Field(strict=True, ge=0, le=10_000,
+                                         description="trials of the CUTLASS search when the "
+                                                     "library is not sufficient (0: none)")] = 12
+    cutlass_compile_s: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False,
+                                              description="compile-seconds the CUTLASS search "
+                                                          "may spend building new operations "
+                                                          "(knob variants of built ones are "
+                                                          "free)")] = 900.0
 
 
 class ReopenIn(_In):
@@ -187,7 +195,8 @@ class JobOut(BaseModel):
     error: str | None
     policy: dict[str, Any] = {}
     stage: str | None = Field(None, description="where the decision loop stands: library, "
-                                                "custom, verify, decided")
+                                                "cutlass (its search), custom, verify, "
+                                                "decided")
     decision: DecisionOut | None = None
 
 
@@ -213,7 +222,8 @@ class DecisionOut(BaseModel):
     rationale: str
     library: dict[str, Any] | None
     custom: dict[str, Any] | None
-    spend: dict[str, Any] = Field(description="trials and GPU-seconds per stage")
+    spend: dict[str, Any] = Field(description="trials and GPU-seconds per stage (library "
+                                              "and cutlass: compile-seconds too)")
     tiers: list[dict[str, Any]]
     library_trials: list[dict[str, Any]] = Field(
         [], description="every library candidate measured (cuBLAS, CUTLASS ops): backend, "

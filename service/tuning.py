@@ -1,7 +1,8 @@
 """The seam between the service and the optimizer: a ``Tuner`` per (problem, GPU model).
 
-``TunerPool`` builds tuners through an injectable factory (the real one is
-``search.optimizer.GemmTuner``; tests pass fakes), keeps one per (problem, GPU model) in this
+``TunerPool`` builds tuners through an injectable factory (the real one builds
+``search.optimizer.GemmTuner`` for a Triton tier and ``search.cutlass_tuner.CutlassTuner`` for
+the CUTLASS search; tests pass fakes), keeps one per (problem, GPU model) in this
 process, and serialises the calls made on each: Optuna's study is the state, so a tuner may be
 rebuilt at any time (after a restart, in another API replica) and carry on.
 """
@@ -27,8 +28,10 @@ class Tuner(Protocol):
 
     exhausted: bool
 
-    def propose(self, n: int, known: Callable[[dict[str, Any]], Measurement | None]
-                ) -> list[Any]: ...
+    def propose(self, n: int, known: Callable[[dict[str, Any]], Measurement | None],
+                **kwargs: Any) -> list[Any]:
+        """Up to ``n`` new proposals; the CUTLASS tuner also takes ``budget``
+        (``search.cutlass_tuner.CompileBudget``)."""
 
     def record(self, trial_number: int, measurement: Measurement) -> None: ...
 
@@ -42,7 +45,14 @@ TunerFactory = Callable[[str, GemmProblem, str, DeviceLimits, int, str | None], 
 
 def optuna_tuner(storage_url: str, problem: GemmProblem, gpu_model: str, limits: DeviceLimits,
                  seed: int, tier: str | None = None) -> Tuner:
-    """The real tuner: an Optuna study (per search tier) in the service's own database."""
+    """The real tuner: an Optuna study (per search tier) in the service's own database; the
+    CUTLASS search (``search.agent.CUTLASS_TIER``) has a study over CUTLASS's space."""
+    from search.agent import CUTLASS_TIER
+
+    if tier == CUTLASS_TIER:
+        from search.cutlass_tuner import CutlassTuner
+
+        return CutlassTuner(storage_url, problem, gpu_model, seed=seed)
     from search.optimizer import GemmTuner
 
     return GemmTuner(storage_url, problem, gpu_model, limits, seed=seed, tier=tier)

@@ -19,6 +19,7 @@ import torch
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from search.agent import CUTLASS_TIER
 from search.constraints import DeviceLimits
 from search.types import GemmProblem, Measurement
 from service.app import create_app
@@ -143,8 +144,9 @@ class FakeTuner:
         self.reused: dict[int, Measurement] = {}
         self.abandoned: list[int] = []
 
-    def propose(self, n: int, known: Callable[[dict[str, Any]], Measurement | None]
-                ) -> list[FakeProposal]:
+    def propose(self, n: int, known: Callable[[dict[str, Any]], Measurement | None],
+                budget: Any = None) -> list[FakeProposal]:
+        self.budget = budget  # the CUTLASS search's CompileBudget, kept for tests to look at
         out: list[FakeProposal] = []
         while len(out) < n and self._next < len(self.configs):
             config, number = self.configs[self._next], self.trials
@@ -175,11 +177,14 @@ FAKE_CONFIGS = [{"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "SPL
 class FakeTuners:
     """The fake tuner factory and every tuner it built: one per search tier, each handing out
     the FAKE configurations (tagged with the tier beyond the first, as real tiers differ in
-    their keys); ``built`` keeps the first one per (problem key, GPU model)."""
+    their keys); ``built`` keeps the first one per (problem key, GPU model). The CUTLASS
+    search's tuner has no configurations (the search ends at once, exhausted) unless
+    ``cutlass_configs`` lists some."""
 
     configs: list[dict[str, Any]] = field(default_factory=lambda: list(FAKE_CONFIGS))
     built: dict[tuple[str, str], FakeTuner] = field(default_factory=dict)
     tiers: dict[tuple[str, str, str | None], FakeTuner] = field(default_factory=dict)
+    cutlass_configs: list[dict[str, Any]] = field(default_factory=list)
 
     def recorded(self) -> list[Measurement]:
         """Every measurement told to any tier's tuner."""
@@ -188,6 +193,8 @@ class FakeTuners:
     def __call__(self, url: str, problem: GemmProblem, gpu_model: str, limits: DeviceLimits,
                  seed: int, tier: str | None = None) -> FakeTuner:
         key = (problem.key(), gpu_model, tier)
+        if key not in self.tiers and tier == CUTLASS_TIER:
+            self.tiers[key] = FakeTuner(list(self.cutlass_configs))
         if key not in self.tiers:
             configs = (self.configs if tier in (None, "tiles")
                        else [{**c, "fake_tier": tier} for c in self.configs])

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from search.agent import (
+    CUTLASS_TIER,
     Calibrate,
     Decide,
     Decision,
@@ -80,6 +81,10 @@ class ReplayDevice:
     library_us: float | None = None  # replace the recorded cuBLAS time
     verify_jitter: float = 1.0  # scales the p20..p80 band the verify rounds are drawn from
     gpu_s_per_trial: float = 1.0  # the cost model of this fake: every measurement costs 1 s
+    #: FAKE CUTLASS results (no recording has any): the first-stage candidates' time, and the
+    #: CUTLASS search's answers in order (config, median_us, compile_s); None: no CUTLASS
+    cutlass_seed_us: float | None = None
+    cutlass_search: list[tuple[dict[str, Any], float, float]] | None = None
     log: list[str] = field(default_factory=list)
 
     def run(self, max_steps: int = 1000) -> Decision:
@@ -99,12 +104,30 @@ class ReplayDevice:
                 if isinstance(a, Calibrate):
                     state.calibrated = True
                 elif isinstance(a, MeasureLibrary):
+                    for backend, config in a.candidates:
+                        if backend == "cutlass" and self.cutlass_seed_us is not None:
+                            state.add(_fake_ok("cutlass", dict(config), self.cutlass_seed_us),
+                                      None, self.gpu_s_per_trial, compile_s=60.0)
+                    if not any(b == "cublas" for b, _ in a.candidates):
+                        continue
                     rec = dict(lib)
                     if self.library_us is not None:
                         f = self.library_us / rec["median_us"]
                         rec = {**rec, "median_us": self.library_us, "p20_us": rec["p20_us"] * f,
                                "p80_us": rec["p80_us"] * f}
                     state.add(rec, None, self.gpu_s_per_trial)
+                elif isinstance(a, Search) and a.tier == CUTLASS_TIER:
+                    queue_c = self.cutlass_search or []
+                    n = self.window if a.n is None else min(a.n, self.window)
+                    for _ in range(n):
+                        i = state.cursor.get(a.tier, 0)
+                        if i >= len(queue_c):
+                            state.exhausted.add(a.tier)
+                            break
+                        state.cursor[a.tier] = i + 1
+                        config, us, compile_s = queue_c[i]
+                        state.add(_fake_ok("cutlass", config, us), a.tier,
+                                  self.gpu_s_per_trial, compile_s)
                 elif isinstance(a, Search):
                     queue = by_tier.get(a.tier, [])
                     n = self.window if a.n is None else min(a.n, self.window)
@@ -139,9 +162,23 @@ class ReplayDevice:
         return Evidence(
             problem=self.problem, policy=self.policy,
             calibration=self.calibration if state.calibrated else None,
-            library_configs=(("cublas", {}),), tiers=replay_tiers(self.problem),
+            library_configs=(("cublas", {}), *self._cutlass_seeds()),
+            tiers=replay_tiers(self.problem),
             trials=tuple(state.trials), exhausted_tiers=frozenset(state.exhausted),
             verification=state.verification, max_trials=self.max_trials)
+
+
+    def _cutlass_seeds(self) -> tuple[tuple[str, dict[str, Any]], ...]:
+        if self.cutlass_seed_us is None:
+            return ()
+        return tuple(("cutlass", {"op": f"fake_op_{i}", "raster": "heuristic", "swizzle": 1,
+                                  "splits": 1}) for i in range(2))
+
+
+def _fake_ok(backend: str, config: dict[str, Any], us: float) -> dict[str, Any]:
+    """A FAKE ok record in the recording's shape."""
+    return {"backend": backend, "config": config, "status": "ok", "median_us": us,
+            "p20_us": us * 0.99, "p80_us": us * 1.01}
 
 
 @dataclass
@@ -152,10 +189,11 @@ class _State:
     exhausted: set[str] = field(default_factory=set)
     verification: Verification | None = None
 
-    def add(self, rec: dict[str, Any], tier: str | None, gpu_s: float) -> None:
+    def add(self, rec: dict[str, Any], tier: str | None, gpu_s: float,
+            compile_s: float = 0.0) -> None:
         self.trials.append(Trial(len(self.trials) + 1, rec["backend"], dict(rec["config"]), tier,
                                  rec["status"], rec.get("median_us"), rec.get("p20_us"),
-                                 rec.get("p80_us"), gpu_s))
+                                 rec.get("p80_us"), gpu_s, compile_s))
 
 
 def verify_rounds(median: float, p20: float | None, p80: float | None,

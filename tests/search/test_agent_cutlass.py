@@ -1,0 +1,160 @@
+"""The CUTLASS search in the decision loop, on the CPU.
+
+The replay device serves recorded H100 cuBLAS and Triton results; the CUTLASS results here are
+FAKE (no recording has any), chosen to put the library below or near the threshold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from search.agent import (
+    CUTLASS_TIER,
+    Evidence,
+    Policy,
+    Search,
+    Stage,
+    StopTier,
+    Trial,
+    Verdict,
+    Wait,
+    cutlass_progress,
+    plan,
+)
+from search.roofline import roofline
+from tests.search.agent_replay import (
+    H100_REPLAY_CALIBRATION,
+    ReplayDevice,
+    problem_of,
+    recorded,
+    replay_tiers,
+)
+
+SQUARE = "gemm:b1:m4096:n4096:k4096:bf16:bf16:fp32:rr"
+PROBLEM = problem_of(SQUARE)
+ATTAINABLE = roofline(PROBLEM, H100_REPLAY_CALIBRATION).attainable_us
+
+
+def op(i: int, **knobs: Any) -> dict[str, Any]:
+    return {"op": f"fake_search_op_{i}", "raster": "heuristic", "swizzle": 1, "splits": 1,
+            **knobs}
+
+
+def device(policy: Policy, search: list[tuple[dict[str, Any], float, float]],
+           seed_us: float = 1.6) -> ReplayDevice:
+    """cuBLAS at half the roofline, the CUTLASS first stage at ``seed_us`` x the attainable."""
+    return ReplayDevice(PROBLEM, recorded()[SQUARE], policy, library_us=2 * ATTAINABLE,
+                        cutlass_seed_us=seed_us * ATTAINABLE, cutlass_search=search)
+
+
+def stages(dev: ReplayDevice) -> list[str]:
+    """The searches in the order the agent asked for them."""
+    out = []
+    for line in dev.log:
+        if "Search(tier=" in line:
+            tier = line.split("Search(tier=")[1].split("'")[1]
+            if not out or out[-1] != tier:
+                out.append(tier)
+    return out
+
+
+def test_the_cutlass_search_runs_before_triton_and_its_best_can_end_the_job() -> None:
+    # the third search trial reaches 98% of the roofline: the library is now sufficient
+    search = [(op(1), 1.5 * ATTAINABLE, 60.0), (op(1, swizzle=2), 1.4 * ATTAINABLE, 0.0),
+              (op(2), ATTAINABLE / 0.98, 60.0)] + [(op(3, swizzle=w), 1.5 * ATTAINABLE, 0.0)
+                                                   for w in (2, 4, 8)]
+    dev = device(Policy(), search)
+    d = dev.run()
+    assert stages(dev) == [CUTLASS_TIER]
+    assert d.verdict == Verdict.LIBRARY_SUFFICIENT and d.custom is None
+    assert d.library is not None and d.library.backend == "cutlass"
+    assert dict(d.library.config) == op(2)  # found by the search, not in the first stage
+    assert d.spend["custom"]["trials"] == 0
+    assert d.spend["cutlass"]["trials"] >= 3 and d.spend["cutlass"]["compile_s"] >= 120.0
+    assert d.spend["library"]["compile_s"] == 120.0  # the two first-stage CUTLASS ops
+    assert "CUTLASS search" in d.rationale
+    assert d.tiers[0]["tier"] == CUTLASS_TIER and d.tiers[0]["side"] == "library"
+    searched = [t for t in d.library_trials if t["search"]]
+    assert searched and all(t["backend"] == "cutlass" for t in searched)
+
+
+def test_triton_must_beat_the_cutlass_best_which_is_the_library_in_verdict_two() -> None:
+    # CUTLASS improves the library to 1.3x the attainable (under the threshold): the Triton
+    # tiers run after it, against that best
+    search = [(op(1), 1.3 * ATTAINABLE, 60.0)] + [
+        (op(1, swizzle=w, raster=r), 1.35 * ATTAINABLE, 0.0)
+        for r in ("heuristic", "along_m", "along_n") for w in (2, 4, 8)]
+    dev = device(Policy(), search)
+    d = dev.run()
+    assert stages(dev)[0] == CUTLASS_TIER and "tiles" in stages(dev)
+    assert CUTLASS_TIER not in stages(dev)[1:]  # never back once Triton started
+    assert d.library is not None and d.library.backend == "cutlass"
+    assert dict(d.library.config) == op(1)
+    assert d.spend["custom"]["trials"] > 0
+    assert d.tiers[0]["tier"] == CUTLASS_TIER
+    assert d.tiers[0]["reason"].startswith("stalled")  # 8 trials without a gain
+    # the recorded Triton kernels beat 1.3x the attainable: custom wins against CUTLASS
+    assert d.verdict == Verdict.CUSTOM_WINS and d.verified
+
+
+def test_full_search_spends_the_cutlass_trial_budget_and_zero_trials_disables_it() -> None:
+    search = [(op(i), 1.5 * ATTAINABLE, 60.0) for i in range(30)]
+    dev = device(Policy(full_search=True, cutlass_trials=10), search)
+    d = dev.run()
+    assert d.spend["cutlass"]["trials"] == 10  # no stall stop under full_search
+    assert d.spend["cutlass"]["compile_s"] == 600.0
+    off = device(Policy(cutlass_trials=0), search)
+    d = off.run()
+    assert CUTLASS_TIER not in stages(off) and d.spend["cutlass"]["trials"] == 0
+    no_cutlass = ReplayDevice(PROBLEM, recorded()[SQUARE], Policy(), library_us=2 * ATTAINABLE)
+    no_cutlass.run()
+    assert CUTLASS_TIER not in stages(no_cutlass)
+
+
+def _ev(*search: Trial, policy: Policy = Policy(), exhausted: bool = False) -> Evidence:
+    lib = (Trial(1, "cublas", {}, None, "ok", 2 * ATTAINABLE),
+           Trial(2, "cutlass", op(0), None, "ok", 1.6 * ATTAINABLE, compile_s=60.0))
+    return Evidence(PROBLEM, policy, H100_REPLAY_CALIBRATION,
+                    library_configs=(("cublas", {}), ("cutlass", op(0))),
+                    tiers=replay_tiers(PROBLEM),
+                    trials=(*lib, *search),
+                    exhausted_tiers=frozenset({CUTLASS_TIER} if exhausted else ()))
+
+
+def test_the_search_action_carries_the_compile_seconds_left_and_exhaustion_ends_it() -> None:
+    pol = Policy(cutlass_compile_s=200.0, cutlass_trials=6)
+    p = plan(_ev(Trial(3, "cutlass", op(1), CUTLASS_TIER, "ok", 1.5 * ATTAINABLE,
+                       compile_s=70.0), policy=pol))
+    assert p.stage == Stage.CUTLASS
+    (action,) = [a for a in p.actions if isinstance(a, Search)]
+    assert action.tier == CUTLASS_TIER and action.compile_left_s == pytest.approx(130.0)
+    assert action.n == 5
+    # the tuner found nothing untried within the compile budget: over, pending ones cancelled
+    ev = _ev(Trial(3, "cutlass", op(1), CUTLASS_TIER, "ok", 1.5 * ATTAINABLE, compile_s=70.0),
+             Trial(4, "cutlass", op(1, swizzle=2), CUTLASS_TIER), policy=pol, exhausted=True)
+    assert isinstance(plan(ev).actions[-1], Wait)  # its last trial is still out
+    done = replace(ev, trials=(*ev.trials[:-1], replace(ev.trials[-1], status="ok",
+                                                        median_us=1.5 * ATTAINABLE)))
+    prog = cutlass_progress(done)
+    assert prog is not None and prog.ended and "compile budget" in prog.reason
+    assert prog.compile_s == 70.0 and prog.compile_budget_s == 200.0
+    assert any(isinstance(a, Search) and a.tier == "tiles" for a in plan(done).actions)
+    # time up with trials out: the search stops and says so once they are in
+    over = replace(ev, exhausted_tiers=frozenset(), time_up=True)
+    assert not any(isinstance(a, Search) for a in plan(over).actions)
+    assert not any(isinstance(a, StopTier) for a in plan(over).actions)
+
+
+def test_policy_rejects_bad_cutlass_budgets_by_name() -> None:
+    with pytest.raises(ValueError, match="policy.cutlass_trials"):
+        Policy(cutlass_trials=-1)
+    with pytest.raises(ValueError, match="policy.cutlass_compile_s"):
+        Policy(cutlass_compile_s=-5.0)
+    with pytest.raises(ValueError, match="policy.cutlass_compile_s"):
+        Policy(cutlass_compile_s=float("inf"))
+    pol = Policy.from_dict({"cutlass_trials": 3, "cutlass_compile_s": 120})
+    assert (pol.cutlass_trials, pol.cutlass_compile_s) == (3, 120)
+    assert Policy().to_dict()["cutlass_trials"] == 12

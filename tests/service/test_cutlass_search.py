@@ -1,0 +1,121 @@
+"""The CUTLASS search through the API: when the library is not sufficient, the real CUTLASS
+tuner (Optuna, in the service's database) proposes CUTLASS configurations within the policy's
+trial and compile-seconds budgets before any Triton candidate; its best becomes the library
+best. Measurements and compile times are FAKE (no GPU, no nvcc here): a FAKE worker whose
+artifact cache makes a new operation cost 60 compile-seconds and a built one nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from search.agent import CUTLASS_TIER
+from service import library
+from service.settings import ServiceSettings
+from service.tuning import optuna_tuner
+from tests.service.conftest import seed_calibrations
+
+pytest.importorskip("cutlass_library")
+
+ATTAINABLE_US = (2 * 512 * 512 * 2 + 512 * 512 * 2) / 3000e9 * 1e6  # see test_decisions.py
+WITH_CUTLASS = ["cublas", "cutlass", "triton"]
+FAKE_COMPILE_S = 60.0
+
+
+@pytest.fixture
+def client(make_app: Callable[..., FastAPI], settings: ServiceSettings,
+           fake_tuners: Any) -> Any:
+    """The app with the real CUTLASS tuner and the FAKE Triton tuners."""
+    library.clear_cache()
+
+    def factory(url: str, problem: Any, gpu: str, limits: Any, seed: int,
+                tier: str | None = None) -> Any:
+        if tier == CUTLASS_TIER:
+            return optuna_tuner(url, problem, gpu, limits, seed, tier)
+        return fake_tuners(url, problem, gpu, limits, seed, tier)
+
+    app = make_app(settings, tuner_factory=factory)
+    seed_calibrations(app)
+    with TestClient(app) as c:
+        yield c
+
+
+def test_the_cutlass_search_runs_within_its_budgets_before_triton(
+        client: TestClient, driver: Any) -> None:
+    policy = {"threshold": 0.9, "cutlass_trials": 6, "cutlass_compile_s": 2 * FAKE_COMPILE_S}
+    job = driver.submit({"max_trials": 4}, policy=policy)
+    w = driver.register(backends=WITH_CUTLASS)
+    built: set[str] = set()  # the FAKE worker's artifact cache
+    rounds: list[list[dict[str, Any]]] = []
+    fast: dict[str, Any] = {}
+
+    def measure(c: dict[str, Any]) -> dict[str, Any]:
+        if c["backend"] not in ("cutlass", "verify"):  # cuBLAS at half the roofline, and
+            # Triton slower than the CUTLASS best
+            return driver.answer(c, lambda c: (2.0 if c["backend"] == "cublas" else 1.5)
+                                 * ATTAINABLE_US)
+        if c["backend"] == "verify":
+            return driver.answer(c)
+        op = c["config"]["op"]
+        cold = op not in built
+        built.add(op)
+        us = 1.6 * ATTAINABLE_US
+        if rounds[1:] and not fast:  # the first search trial: the best CUTLASS config
+            fast.update(c["config"])
+            us = 1.2 * ATTAINABLE_US
+        driver.times[c["id"]] = us
+        return {**driver.fake_ok(us), "compile_s": FAKE_COMPILE_S if cold else 0.0}
+
+    for _ in range(30):
+        grant = driver.lease(w, n=16)
+        if not grant["candidates"]:
+            break
+        rounds.append(grant["candidates"])
+        for c in grant["candidates"]:
+            driver.report(w, grant["lease_id"], c["id"], measure(c))
+    state = driver.job(job["id"])
+    assert state["status"] == "done"
+
+    seeds = {c["config"]["op"] for c in rounds[0] if c["backend"] == "cutlass"}
+    assert len(seeds) == 6 and {c["backend"] for c in rounds[0]} == {"cublas", "cutlass"}
+    backends = [c["backend"] for r in rounds[1:] for c in r]
+    first_triton = backends.index("triton")
+    searched = [c for r in rounds[1:] for c in r if c["backend"] == "cutlass"]
+    # every CUTLASS search candidate came before the first Triton one
+    assert set(backends[:first_triton]) == {"cutlass"} and "cutlass" not in backends[first_triton:]
+    assert 0 < len(searched) <= 6
+    keys = {(c["config"]["op"], c["config"]["raster"], c["config"]["swizzle"],
+             c["config"]["splits"]) for c in searched}
+    assert len(keys) == len(searched)  # never one configuration twice
+    first_stage = {(c["config"]["op"], "heuristic", 1, 1) for c in rounds[0]
+                   if c["backend"] == "cutlass"}
+    assert not keys & first_stage
+    # 120 compile-seconds at 60 a compile: at most two operations the worker had not built
+    assert len({c["config"]["op"] for c in searched} - seeds) <= 2
+
+    d = state["decision"]
+    assert d["backend"] == "cutlass" and d["config"] == fast
+    assert d["verdict"] == "library_wins_after_search"
+    assert state["library_best"]["backend"] == "cutlass"
+    spend = d["spend"]["cutlass"]
+    assert spend["trials"] == len(searched)
+    assert spend["compile_s"] <= 2 * FAKE_COMPILE_S
+    assert d["spend"]["library"]["compile_s"] == pytest.approx(6 * FAKE_COMPILE_S, abs=1)
+    cut = d["tiers"][0]
+    assert cut["tier"] == CUTLASS_TIER and cut["side"] == "library"
+    assert cut["compile_budget_s"] == 2 * FAKE_COMPILE_S and cut["ended"]
+    assert "CUTLASS search" in d["rationale"]
+    assert sum(t["search"] for t in d["library_trials"]) == len(searched)
+
+
+def test_a_bad_cutlass_budget_is_refused_naming_the_field(client: TestClient) -> None:
+    for field, value in (("cutlass_trials", -1), ("cutlass_compile_s", -1.0)):
+        r = client.post("/v1/jobs", json={"problem": {"kind": "gemm", "m": 64, "n": 64,
+                                                      "k": 64, "dtype": "fp16"},
+                                          "policy": {field: value}})
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"][0]["loc"] == ["body", "policy", field]
