@@ -1,8 +1,9 @@
 """High-precision references and the error measure used to accept a kernel's output.
 
 The reference is computed in float64 from the very inputs the kernel saw (already rounded to the
-problem's dtype), so it carries no input-rounding error: what remains is the kernel's own
-accumulation error and the rounding of its output. float64 is cheap enough once per candidate
+problem's dtype; for fp8, the stored values times their scales, which float64 holds exactly), so
+it carries no input-rounding error: what remains is the kernel's own accumulation error and the
+rounding of its output. float64 is cheap enough once per candidate
 (4096^3 takes a few ms on an H100's fp64 tensor cores) and needs no care about tf32 settings.
 """
 
@@ -13,13 +14,22 @@ from typing import Any
 
 import torch
 
+from kernel_templates.inputs import GemmInputs
 from search.types import GemmProblem
 
-__all__ = ["BASE_TOLERANCE", "TF32_TOLERANCE", "reference_matmul", "rel_error", "tolerance",
-           "tolerance_for"]
+__all__ = ["BASE_TOLERANCE", "FP8_TOLERANCE", "TF32_TOLERANCE", "reference_for",
+           "reference_matmul", "rel_error", "tolerance", "tolerance_for"]
 
+#: fp8 e4m3 inputs, whatever the output dtype. The inputs are exact, but the fp8 library
+#: kernels may accumulate in the tensor cores' reduced precision (CUTLASS's ``FP8FastAccum``
+#: schedules; about 14 mantissa bits before the fp32 promotion). Measured on an H100 at
+#: 4096^3 with a bf16 output: 2.1e-3 (docs/benchmarks/raw/cutlass_fp8), of which the bf16
+#: rounding is about 1.5e-3; so bf16's 1e-2 for every output. A kernel that drops a scale is
+#: off by a factor, and a missing K tile by ≳ √(BLOCK_K/K) ≥ 4e-2 (K ≤ 65536, BLOCK_K ≥ 128).
+FP8_TOLERANCE = 1e-2
 #: ‖out − ref‖ / ‖ref‖ accepted per dtype (of the output when it is the lower precision).
-BASE_TOLERANCE: dict[str, float] = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-4}
+BASE_TOLERANCE: dict[str, float] = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-4,
+                                    "fp8_e4m3": FP8_TOLERANCE}
 _EPS = {"bf16": 2.0**-8, "fp16": 2.0**-11, "fp32": 2.0**-24}
 #: fp32 inputs multiplied as tf32 (``INPUT_PRECISION="tf32"``): both operands lose all but 10
 #: mantissa bits (unit roundoff 2^-11, as fp16, but on the inputs rather than the output, and
@@ -29,9 +39,21 @@ _EPS = {"bf16": 2.0**-8, "fp16": 2.0**-11, "fp32": 2.0**-24}
 TF32_TOLERANCE = 10 * 2.0**-11
 
 
-def reference_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b`` in float64 on the inputs' device (batched when the inputs are 3-D)."""
-    return torch.matmul(a.to(torch.float64), b.to(torch.float64))
+def reference_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None,
+                     scale_b: torch.Tensor | None = None) -> torch.Tensor:
+    """``(scale_a * a) @ (scale_b * b)`` in float64 on the inputs' device (batched when the
+    inputs are 3-D); a scale that is ``None`` is 1."""
+    a64, b64 = a.to(torch.float64), b.to(torch.float64)
+    if scale_a is not None:
+        a64 = a64 * scale_a.to(torch.float64)
+    if scale_b is not None:
+        b64 = b64 * scale_b.to(torch.float64)
+    return torch.matmul(a64, b64)
+
+
+def reference_for(inputs: GemmInputs) -> torch.Tensor:
+    """The float64 product an input set's kernel must produce (its scales applied)."""
+    return reference_matmul(inputs.a, inputs.b, inputs.scale_a, inputs.scale_b)
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -4,6 +4,10 @@ The callable takes no arguments and writes into the input set's output buffer, s
 times the kernel alone. A backend that does not exist, or does not serve the problem's dtypes,
 raises ``Unsupported`` (recorded as ``Status.UNSUPPORTED``) before anything runs.
 
+fp8 e4m3 problems are scaled (``GemmProblem.scaled``): the input set carries per-tensor scales,
+``cublas`` runs ``torch._scaled_mm`` with them and ``cutlass`` gets alpha = scale_a * scale_b on
+the device; Triton has no fp8 template and refuses them.
+
 ``cutlass`` candidates (``search.spaces.cutlass_gemm`` configs) load their operation from the
 CUTLASS artifact cache (``kernel_templates.cutlass``), compiling it first when the worker's
 ``prepare`` did not; nvcc failing raises ``kernel_templates.cutlass.CompileError``
@@ -22,7 +26,7 @@ import torch
 
 from kernel_templates.errors import Unsupported
 from kernel_templates.inputs import GemmInputs, torch_dtype
-from search.types import Backend, Candidate, GemmProblem
+from search.types import Backend, Candidate, GemmProblem, ProblemError, check_served
 
 __all__ = ["BACKENDS", "check_supported", "cutlass_kernel", "make_callable"]
 
@@ -31,7 +35,7 @@ KernelCall = Callable[[], torch.Tensor]
 
 def _cublas(candidate: Candidate, inputs: GemmInputs) -> KernelCall:
     from kernel_templates.errors import InvalidConfig
-    from kernel_templates.library import cublas_matmul
+    from kernel_templates.library import cublas_matmul, cublas_scaled_mm
 
     unknown = set(candidate.config) - {"allow_tf32"}
     if unknown:
@@ -40,6 +44,9 @@ def _cublas(candidate: Candidate, inputs: GemmInputs) -> KernelCall:
     if tf32 and candidate.problem.dtype != "fp32":
         raise InvalidConfig("allow_tf32 applies to fp32 inputs only")
     a, b, out = inputs.a, inputs.b, inputs.out
+    if candidate.problem.scaled:
+        scale_a, scale_b = _scales(inputs)
+        return lambda: cublas_scaled_mm(a, b, scale_a, scale_b, out)
 
     def call() -> torch.Tensor:
         # A process-wide flag: set on every call so the other contender's setting never leaks.
@@ -47,6 +54,13 @@ def _cublas(candidate: Candidate, inputs: GemmInputs) -> KernelCall:
         return cublas_matmul(a, b, out=out)
 
     return call
+
+
+def _scales(inputs: GemmInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input set's per-tensor scales; a scaled problem's inputs always carry both."""
+    if inputs.scale_a is None or inputs.scale_b is None:
+        raise ValueError("a scaled (fp8) problem's inputs need scale_a and scale_b")
+    return inputs.scale_a, inputs.scale_b
 
 
 def _triton(candidate: Candidate, inputs: GemmInputs) -> KernelCall:
@@ -116,8 +130,11 @@ def _cutlass(candidate: Candidate, inputs: GemmInputs) -> KernelCall:
     if reasons:
         raise InvalidConfig("; ".join(reasons))
     kernel = cutlass_kernel(ops[config["op"]])
-    return kernel.bind(inputs.a, inputs.b, inputs.out, raster=str(config["raster"]),
-                       swizzle=int(config["swizzle"]), splits=int(config["splits"]))
+    # fp8: alpha = scale_a * scale_b, computed on the device (torch._scaled_mm's semantics)
+    scale_a, scale_b = _scales(inputs) if problem.scaled else (None, None)
+    return kernel.bind(inputs.a, inputs.b, inputs.out, scale_a=scale_a, scale_b=scale_b,
+                       raster=str(config["raster"]), swizzle=int(config["swizzle"]),
+                       splits=int(config["splits"]))
 
 
 #: Registered backends and how each builds its callable.
@@ -134,7 +151,16 @@ def check_supported(backend: str, problem: GemmProblem) -> None:
         raise Unsupported(f"unknown backend {backend!r}; one of {sorted(BACKENDS)}")
     torch_dtype(problem.dtype)
     torch_dtype(problem.out_dtype or problem.dtype)
-    if backend == Backend.CUBLAS.value and problem.out_dtype != problem.dtype:
+    if backend == Backend.TRITON.value and problem.scaled:
+        raise Unsupported(f"triton has no {problem.dtype} template (kernel_templates/triton "
+                          "multiplies bf16, fp16 and fp32); the library backends serve it")
+    if backend == Backend.CUBLAS.value and problem.scaled:
+        try:
+            check_served(problem)  # torch._scaled_mm's rules: TN, 2-D, k and n % 16
+        except ProblemError as exc:
+            raise Unsupported(f"cublas (torch._scaled_mm) cannot serve {problem.describe()}: "
+                              f"{exc}") from None
+    elif backend == Backend.CUBLAS.value and problem.out_dtype != problem.dtype:
         raise Unsupported("cublas through torch.matmul writes the input dtype only")
     if backend == Backend.CUTLASS.value:
         from kernel_templates.cutlass import why_unsupported

@@ -85,8 +85,10 @@ def main() -> None:
         settings = ServiceSettings(database_url=f"sqlite:///{out / f'{mode}.db'}")
         with LocalCluster(settings, interpret=args.interpret or None) as cluster:
             for i, shape in picked:
+                dtype = shape.get("dtype", "bf16")
+                # fp8 is served "TN" only (search.types.check_served)
                 problem = {"kind": "gemm", "m": shape["m"], "n": shape["n"], "k": shape["k"],
-                           "dtype": shape.get("dtype", "bf16")}
+                           "dtype": dtype, "layout_b": "col" if dtype == "fp8_e4m3" else "row"}
                 if problem["dtype"] not in SERVED_DTYPES:
                     continue
                 # fp32 inputs: the public file allows tf32 by policy

@@ -502,7 +502,9 @@ def plan(ev: Evidence) -> Plan:
                 left = max(0.0, pol.cutlass_compile_s - cut.compile_s)
                 return Plan(Stage.CUTLASS, (*actions, Search(CUTLASS_TIER, cut.room, left)))
             return Plan(Stage.CUTLASS, (*actions, Wait("waiting for the CUTLASS search")))
-    if not ev.custom_allowed:
+    # No tier applies (fp8: no Triton template): as if no custom backend were allowed.
+    no_tier = bool(ev.tiers) and not any(t.applicable for t in ev.tiers)
+    if not ev.custom_allowed or no_tier:
         if lib_pending:
             return Plan(Stage.LIBRARY, (*actions, Wait("waiting for the library")))
         return Plan(Stage.DECIDED, (Decide(_with_notes(
@@ -601,7 +603,7 @@ def _with_notes(ev: Evidence, d: Decision) -> Decision:
 
 def _describe_roofline(rf: Roofline | None) -> str:
     if rf is None:
-        return "no device calibration, so no roofline"
+        return "no roofline (no device calibration, or none with a peak for these inputs)"
     return (f"{rf.bound}-bound: the roofline allows {rf.attainable_us:.1f} us "
             f"(compute {rf.compute_us:.1f} us, memory {rf.memory_us:.1f} us)")
 
@@ -617,15 +619,24 @@ def _decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial,
 
 def _decide_no_custom(ev: Evidence, rf: Roofline | None, lib: Trial | None,
                       eff: float | None) -> Decision:
+    inapplicable = [t for t in ev.tiers if not t.applicable] if ev.custom_allowed else []
+    skipped = tuple({"tier": t.name, "trials": 0, "ended": True, "reason": f"skipped: {t.reason}"}
+                    for t in inapplicable)
+    tiers_of: dict[str, list[str]] = {}
+    for t in inapplicable:
+        tiers_of.setdefault(t.reason, []).append(t.name)
+    no_custom = ("the job allows no custom backend" if not ev.custom_allowed else
+                 "no custom tier applies (" + "; ".join(
+                     f"{', '.join(names)}: {reason}" for reason, names in tiers_of.items()) + ")")
     if lib is None:
-        why = "no library candidate ran correctly and the job allows no custom backend."
+        why = f"no library candidate ran correctly and {no_custom}."
     else:
         eff_text = f"{eff:.0%} of the attainable" if eff is not None else "efficiency unknown"
         why = (f"{_describe_roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us "
-               f"({eff_text}); the job allows no custom backend, so the library stands.")
+               f"({eff_text}); {no_custom}, so the library stands.")
     return Decision(Verdict.LIBRARY_SUFFICIENT, why, "library",
                     _pick(lib, rf) if lib else None, None, rf, 1.0 if lib else None, False,
-                    _spend(ev), (), ev.policy.to_dict())
+                    _spend(ev), skipped, ev.policy.to_dict())
 
 
 def _decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,

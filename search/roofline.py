@@ -27,7 +27,9 @@ class Calibration:
     """Measured peaks of one GPU model under one driver/toolkit.
 
     ``bandwidth_gbs``: device copy, (bytes read + bytes written) / second / 1e9.
-    ``peak_tflops``: by precision: ``bf16``, ``fp16``, ``fp32`` (full fp32), ``tf32``.
+    ``peak_tflops``: by precision: ``bf16``, ``fp16``, ``fp32`` (full fp32), ``tf32``, and
+    ``fp8_e4m3`` (``torch._scaled_mm``) where the device has fp8 GEMMs; a problem whose
+    precision has no peak has no roofline (``roofline`` returns ``None``).
     """
 
     gpu_model: str

@@ -15,8 +15,13 @@ from typing import Any
 #: Element sizes in bytes of the dtypes a problem may name.
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8_e4m3": 1}
 LAYOUTS = ("row", "col")
-#: Input dtypes some backend serves today (fp8 waits for the CUTLASS/scaled-mm backends).
-SERVED_DTYPES = ("bf16", "fp16", "fp32")
+#: Input dtypes some backend serves (``check_served`` adds the per-dtype rules).
+SERVED_DTYPES = ("bf16", "fp16", "fp32", "fp8_e4m3")
+#: Output dtypes of an fp8 problem: what both fp8 library backends write, ``torch._scaled_mm``
+#: (cuBLASLt) and the CUTLASS SM90 fp8 kernels. fp8 output would need an output scale too.
+FP8_OUT_DTYPES = ("bf16", "fp16", "fp32")
+#: ``torch._scaled_mm`` (the fp8 library baseline) requires k and n to be multiples of 16.
+FP8_ALIGNMENT = 16
 #: The GPU model name a worker without a GPU reports; its results never mix with GPU results.
 INTERPRETER_GPU = "cpu-interpreter"
 
@@ -131,6 +136,12 @@ class GemmProblem:
     def tflops(self, median_us: float) -> float:
         return self.flops / (median_us * 1e-6) / 1e12
 
+    @property
+    def scaled(self) -> bool:
+        """Whether the operands carry per-tensor scales: fp8 values are stored scaled into
+        fp8's narrow range, and the product is ``(scale_a * A) @ (scale_b * B)``."""
+        return self.dtype == "fp8_e4m3"
+
     # -- wire format --------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,6 +150,39 @@ class GemmProblem:
     def from_dict(cls, data: dict[str, Any]) -> GemmProblem:
         data = {k: v for k, v in data.items() if k != "kind" and v is not None}
         return cls(**data)
+
+
+def check_served(problem: GemmProblem) -> None:
+    """Raise ``ProblemError`` naming the field unless some backend can serve ``problem``.
+
+    ``GemmProblem`` checks what a GEMM *is*; this checks what the service *runs*, so a kernel
+    library can still describe (and explain why it cannot serve) any valid problem. fp8 e4m3
+    is served by the library backends only (``torch._scaled_mm`` and CUTLASS), and their rules
+    are the problem's: both operands K-major (the fp8 WGMMA reads them so, and cuBLASLt fp8
+    is "TN" only), 2-D (``torch._scaled_mm`` takes no batch), k and n multiples of 16.
+    """
+    if problem.dtype not in SERVED_DTYPES:
+        raise ProblemError("dtype", f"dtype {problem.dtype} is not served by any backend; "
+                                    f"served: {', '.join(SERVED_DTYPES)}")
+    if not problem.scaled:
+        return
+    if problem.out_dtype not in FP8_OUT_DTYPES:
+        raise ProblemError("out_dtype", f"fp8_e4m3 problems write one of "
+                                        f"{', '.join(FP8_OUT_DTYPES)}, not {problem.out_dtype}")
+    if problem.layout_a != "row":
+        raise ProblemError("layout_a", "fp8_e4m3 needs A row-major (layout_a='row'): fp8 tensor "
+                                       "cores and torch._scaled_mm read A K-major")
+    if problem.layout_b != "col":
+        raise ProblemError("layout_b", "fp8_e4m3 needs B column-major (layout_b='col'): fp8 "
+                                       "tensor cores and torch._scaled_mm read B K-major")
+    if problem.batch != 1:
+        raise ProblemError("batch", f"fp8_e4m3 problems must have batch=1, got {problem.batch}:"
+                                    " torch._scaled_mm, the library baseline, is 2-D only")
+    for name in ("k", "n"):
+        value = getattr(problem, name)
+        if value % FP8_ALIGNMENT:
+            raise ProblemError(name, f"fp8_e4m3 needs {name} to be a multiple of "
+                                     f"{FP8_ALIGNMENT} (torch._scaled_mm), got {value}")
 
 
 def config_key(config: dict[str, Any]) -> str:

@@ -96,8 +96,11 @@ class AgentLoop:
             cal = calibrations.latest(s, gpu)
             calibration = (Calibration(gpu, cal.bandwidth_gbs, cal.peak_tflops, cal.env)
                            if cal is not None else None)
-            if calibration is not None and device and not calibration.matches(device):
-                calibration = None  # driver or toolkit changed: measure again
+            if calibration is not None and device and (
+                    not calibration.matches(device) or calibration.peak(problem.dtype) is None):
+                # driver or toolkit changed, or it predates this dtype's peak (fp8): measure
+                # again (a device that cannot measure the peak still gets one run per job)
+                calibration = None
             rows = cands.job_candidates(s, job.id)
             found = measurements.of_candidates(s, [c.id for c in rows])
             pending_cal = cands.outstanding_tasks(s, gpu, Task.CALIBRATE.value)

@@ -26,12 +26,18 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Autotuning kernel search: cuBLAS vs generated Triton GEMMs.")
 console = Console(stderr=True)
 
-Dtype = Annotated[str, typer.Option(help="dtype of A and B: bf16, fp16, fp32")]
+Dtype = Annotated[str, typer.Option(
+    help="dtype of A and B: bf16, fp16, fp32, fp8_e4m3 (fp8: per-tensor scales, bf16 output, "
+         "A row-major and B column-major; served by the library kernels only)")]
+LayoutB = Annotated[str | None, typer.Option(
+    help="row or col (default: col for fp8_e4m3, which needs it; else row)")]
 Mode = Literal["agent", "force", "full"]
 
 
 def _problem(m: int, n: int, k: int, dtype: str, batch: int, layout_a: str,
-             layout_b: str) -> dict[str, Any]:
+             layout_b: str | None) -> dict[str, Any]:
+    if layout_b is None:
+        layout_b = "col" if dtype == "fp8_e4m3" else "row"
     return {"kind": "gemm", "m": m, "n": n, "k": k, "dtype": dtype, "batch": batch,
             "layout_a": layout_a, "layout_b": layout_b}
 
@@ -50,10 +56,10 @@ def _gpu_present() -> bool:
 @app.command()
 def tune(
     m: int = 4096, n: int = 4096, k: int = 4096, dtype: Dtype = "bf16", batch: int = 1,
-    layout_a: str = "row", layout_b: str = "row",
+    layout_a: str = "row", layout_b: LayoutB = None,
     trials: Annotated[int, typer.Option(help="Triton configurations to measure")] = 64,
     seconds: Annotated[float | None, typer.Option(help="stop after this long")] = None,
-    backends: Annotated[str, typer.Option(help="comma-separated: cublas,triton")] = (
+    backends: Annotated[str, typer.Option(help="comma-separated: cublas,cutlass,triton")] = (
         "cublas,triton"),
     database_url: Annotated[str | None, typer.Option(
         "--db", help="SQLAlchemy URL (default: KS_DATABASE_URL or ./kernelsearch.db)")] = None,
@@ -69,14 +75,14 @@ def tune(
 ) -> None:
     """Tune one GEMM on this machine (embedded service, SQLite, local worker): calibrate the
     GPU once, measure the library, search custom kernels where they can pay, decide."""
-    from search.types import GemmProblem, ProblemError
+    from search.types import GemmProblem, ProblemError, check_served
     from service.settings import ServiceSettings
     from workers.local import run_tuning
 
     settings = ServiceSettings(**({"database_url": database_url} if database_url else {}))
     problem = _problem(m, n, k, dtype, batch, layout_a, layout_b)
     try:
-        GemmProblem.from_dict(problem)  # fail before starting anything
+        check_served(GemmProblem.from_dict(problem))  # fail before starting anything
     except ProblemError as exc:
         raise typer.BadParameter(str(exc), param_hint=f"--{exc.field.replace('_', '-')}"
                                  ) from None
@@ -250,7 +256,7 @@ def _client(url: str | None) -> Any:
 
 @app.command()
 def submit(m: int, n: int, k: int, dtype: Dtype = "bf16", batch: int = 1,
-           layout_a: str = "row", layout_b: str = "row", trials: int = 64,
+           layout_a: str = "row", layout_b: LayoutB = None, trials: int = 64,
            gpu: str | None = None, url: str | None = None) -> None:
     """Submit a tuning job to a running service."""
     job = _client(url).submit_job(_problem(m, n, k, dtype, batch, layout_a, layout_b),
@@ -266,7 +272,7 @@ def status(job_id: int, url: str | None = None) -> None:
 
 @app.command()
 def best(m: int, n: int, k: int, dtype: Dtype = "bf16", batch: int = 1,
-         layout_a: str = "row", layout_b: str = "row", gpu: str | None = None,
+         layout_a: str = "row", layout_b: LayoutB = None, gpu: str | None = None,
          url: str | None = None) -> None:
     """The best measured backend and configuration for a shape."""
     query = _problem(m, n, k, dtype, batch, layout_a, layout_b)

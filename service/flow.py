@@ -32,14 +32,15 @@ from db.records import (
 from search.agent import Policy
 from search.types import (
     LIBRARY_BACKENDS,
-    SERVED_DTYPES,
     Backend,
     Candidate,
     Device,
     GemmProblem,
     Measurement,
+    ProblemError,
     Status,
     Task,
+    check_served,
 )
 from service.agent_loop import AgentLoop, record_calibration
 from service.errors import Conflict, Gone, InvalidInput, NotFound
@@ -104,10 +105,14 @@ class Flow:
     def submit_job(self, problem: GemmProblem, *, max_trials: int | None,
                    max_seconds: float | None, backends: Sequence[str], gpu: str | None,
                    seed: int | None, policy: Policy | None = None) -> JobState:
-        if problem.dtype not in SERVED_DTYPES:
-            raise InvalidInput(["body", "problem", "dtype"], (
-                f"dtype {problem.dtype} is not served yet by any backend; served: "
-                f"{', '.join(SERVED_DTYPES)}"))
+        try:
+            check_served(problem)
+        except ProblemError as exc:
+            raise InvalidInput(["body", "problem", exc.field], exc.message) from exc
+        if problem.scaled and not set(backends) & set(LIBRARY_BACKENDS):
+            raise InvalidInput(["body", "backends"], (
+                f"{problem.dtype} is served by the library backends only "
+                f"({', '.join(LIBRARY_BACKENDS)}): there is no fp8 Triton template"))
         if problem.min_bytes > self.settings.max_problem_bytes:
             raise InvalidInput(["body", "problem"], (
                 f"operands need {problem.min_bytes} bytes, over max_problem_bytes="

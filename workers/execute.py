@@ -165,7 +165,7 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
         import torch
 
         from kernel_templates.inputs import make_inputs
-        from kernel_templates.reference import reference_matmul
+        from kernel_templates.reference import reference_for
         from kernel_templates.registry import check_supported
 
         check_supported(cand.backend, cand.problem)
@@ -174,7 +174,7 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
             torch.backends.cuda.matmul.allow_tf32 = False
         sets = [make_inputs(cand.problem, device, seed + i)
                 for i in range(_n_sets(opts, cand, cuda))]
-        ref = reference_matmul(sets[0].a, sets[0].b)
+        ref = reference_for(sets[0])
         # compile_s: making the callables (a CUTLASS op not yet built is compiled here) and
         # the first call (Triton JIT, cuBLAS heuristics), which is also the correctness run.
         t0 = time.perf_counter()

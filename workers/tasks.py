@@ -2,7 +2,9 @@
 
 ``calibrate``: the device's measured peaks for the roofline (``search.roofline``): a large
 device-to-device copy (bytes read + written per second) and large cuBLAS GEMMs per precision
-(the best of a few shapes, so one shape's wave quantisation does not set the peak).
+(the best of a few shapes, so one shape's wave quantisation does not set the peak), fp8 e4m3
+through ``torch._scaled_mm`` where the device has fp8 GEMMs (else it is skipped, and named in
+``extra["peaks_skipped"]``).
 
 ``verify``: the decision loop's second verdict. The library's best and the custom best are run
 on the same fresh inputs, checked again (a wrong result fails the task), then timed in
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from search.types import Candidate, Measurement, Status
 
@@ -67,12 +69,63 @@ def calibrate(env: dict[str, Any], bench: Any, cuda: bool) -> Measurement:
             peaks[name] = best
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
+    skipped: dict[str, str] = {}
+    fp8 = _fp8_peak(bench, shapes, device, gen)
+    if fp8.error is not None:
+        return Measurement(status=Status.WRONG_RESULT, env=env, error=fp8.error)
+    if fp8.tflops is not None:
+        peaks["fp8_e4m3"] = fp8.tflops
+    else:
+        skipped["fp8_e4m3"] = fp8.skipped or "not measured"
+    extra: dict[str, Any] = {"bandwidth_gbs": bandwidth_gbs, "peak_tflops": peaks,
+                             "copy_bytes": nbytes, "peak_shapes": [list(s) for s in shapes]}
+    if skipped:
+        extra["peaks_skipped"] = skipped
     return Measurement(status=Status.OK, median_us=copy.median_us, p20_us=copy.p20_us,
                        p80_us=copy.p80_us, reps=copy.reps, bench_s=time.perf_counter() - t0,
-                       env={**env, "timing": copy.method},
-                       extra={"bandwidth_gbs": bandwidth_gbs, "peak_tflops": peaks,
-                              "copy_bytes": nbytes,
-                              "peak_shapes": [list(s) for s in shapes]})
+                       env={**env, "timing": copy.method}, extra=extra)
+
+
+class _Peak(NamedTuple):
+    """One precision's peak: TFLOP/s, or why it was skipped, or what went wrong."""
+
+    tflops: float | None = None
+    skipped: str | None = None
+    error: str | None = None
+
+
+def _fp8_peak(bench: Any, shapes: tuple[tuple[int, int, int], ...], device: Any,
+              gen: Any) -> _Peak:
+    """The fp8 e4m3 peak: ``torch._scaled_mm`` (per-tensor scales, B column-major, bf16 out, as
+    the fp8 library candidates run) on the peak shapes, best of them.
+
+    A device or build without fp8 GEMMs (a GPU before sm_89, a torch without the kernel) raises
+    before anything runs: the peak is skipped, so fp8 problems there get no roofline while the
+    rest of the calibration still counts. Non-finite output is an error, as for the others."""
+    import torch
+
+    f8 = torch.float8_e4m3fn
+    best = 0.0
+    for m, n, k in shapes:
+        a = (torch.randn(m, k, device=device, generator=gen) * 2).to(f8)
+        b = (torch.randn(n, k, device=device, generator=gen) * 2).to(f8).t()
+        scale = torch.tensor(0.5 * k ** -0.25, device=device)
+        out = torch.empty(m, n, device=device, dtype=torch.bfloat16)
+
+        def call(a: Any = a, b: Any = b, s: Any = scale, out: Any = out) -> Any:
+            return torch._scaled_mm(a, b, scale_a=s, scale_b=s, out_dtype=out.dtype, out=out)
+
+        try:
+            call()
+        except (RuntimeError, NotImplementedError) as exc:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            return _Peak(skipped=f"torch._scaled_mm does not run here: {first[:300]}")
+        timing = bench([call])
+        if not bool(torch.isfinite(out).all()):
+            return _Peak(error=f"fp8_e4m3 {m}x{n}x{k} torch._scaled_mm gave non-finite values")
+        best = max(best, 2 * m * n * k / (timing.median_us * 1e-6) / 1e12)
+        del a, b, out
+    return _Peak(tflops=best)
 
 
 def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets: int,
@@ -81,7 +134,7 @@ def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets:
     import torch
 
     from kernel_templates.inputs import make_inputs
-    from kernel_templates.reference import reference_matmul
+    from kernel_templates.reference import reference_for
     from kernel_templates.registry import check_supported
     from workers.execute import checked_calls
 
@@ -98,7 +151,7 @@ def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets:
                                      dict(part.get("config") or {}))
     device = torch.device("cuda" if cuda else "cpu")
     sets = [make_inputs(cand.problem, device, seed + i) for i in range(n_sets)]
-    ref = reference_matmul(sets[0].a, sets[0].b)
+    ref = reference_for(sets[0])
     calls: dict[str, list[Any]] = {}
     errors: dict[str, float] = {}
     for side, c in contenders.items():

@@ -23,6 +23,8 @@ from typing import Any
 from search.agent import TierPlan
 from search.types import GemmProblem
 
+#: Input dtypes the Triton GEMM template multiplies.
+TEMPLATE_DTYPES = ("bf16", "fp16", "fp32")
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages")
 TIERS = ("tiles", "split_k", "hopper", "precision")
 #: Budget weights of the tiers (normalised over those that apply).
@@ -91,7 +93,12 @@ def space(problem: GemmProblem, tier: str | None = None) -> tuple[Choice, ...]:
 def tier_plans(problem: GemmProblem, *, mode: str, cc: str, sm_count: int,
                allow_tf32: bool) -> tuple[TierPlan, ...]:
     """The tiers in search order, each saying whether it applies to ``problem`` on this device
-    and why; the decision explains skipped tiers with these reasons."""
+    and why; the decision explains skipped tiers with these reasons. fp8 has no Triton
+    template, so for fp8 no tier applies and the decision is the library's."""
+    if problem.dtype not in TEMPLATE_DTYPES:
+        why = (f"no {problem.dtype} Triton template (kernel_templates/triton multiplies "
+               f"{', '.join(TEMPLATE_DTYPES)}); the library kernels serve it")
+        return tuple(TierPlan(t, TIER_WEIGHTS[t], False, why) for t in TIERS)
     sms = sm_count or 132
     tiles_128 = -(-problem.m // 128) * -(-problem.n // 128) * problem.batch
     has_split = len(_splits(problem)) > 1

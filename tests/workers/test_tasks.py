@@ -25,10 +25,39 @@ def test_calibration_measures_bandwidth_and_every_precision(where: str) -> None:
     m = run("calibrate", {})
     assert m.status == Status.OK, m.error
     peaks = m.extra["peak_tflops"]
-    assert set(peaks) == {"bf16", "fp16", "fp32", "tf32"} and all(v > 0 for v in peaks.values())
+    # fp8 wherever torch._scaled_mm runs: an H100, and torch 2.13's CPU build
+    fp8 = {"fp8_e4m3"} if _scaled_mm_runs() else set()
+    assert set(peaks) == {"bf16", "fp16", "fp32", "tf32"} | fp8
+    assert all(v > 0 for v in peaks.values())
     assert m.extra["bandwidth_gbs"] > 0 and m.bench_s and m.bench_s > 0
     if CUDA:  # an H100-class device: HBM in TB/s, tensor cores in hundreds of TFLOP/s
         assert m.extra["bandwidth_gbs"] > 500 and peaks["bf16"] > 5 * peaks["fp32"]
+        assert peaks["fp8_e4m3"] > 1.3 * peaks["bf16"]  # fp8 tensor cores: twice bf16's rate
+
+
+def _scaled_mm_runs() -> bool:
+    f8 = torch.float8_e4m3fn
+    dev = "cuda" if CUDA else "cpu"
+    one = torch.ones((), device=dev)
+    try:
+        torch._scaled_mm(torch.zeros(16, 16, device=dev).to(f8),
+                         torch.zeros(16, 16, device=dev).to(f8).t(), scale_a=one, scale_b=one,
+                         out_dtype=torch.bfloat16)
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
+def test_calibration_skips_the_fp8_peak_where_scaled_mm_does_not_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_fp8(*args: object, **kwargs: object) -> torch.Tensor:
+        raise RuntimeError("_scaled_mm_out: not implemented for this device (FAKE)")
+
+    monkeypatch.setattr(torch, "_scaled_mm", no_fp8)
+    m = run("calibrate", {})
+    assert m.status == Status.OK, m.error
+    assert set(m.extra["peak_tflops"]) == {"bf16", "fp16", "fp32", "tf32"}
+    assert "FAKE" in m.extra["peaks_skipped"]["fp8_e4m3"]
 
 
 def _verify_config(custom: dict) -> dict:

@@ -1,0 +1,127 @@
+"""fp8 e4m3 problems through the API: the served rules refuse a bad problem by field (422),
+and a good one is decided by the library kernels alone (no Triton candidate is ever made), the
+rationale saying why. Measurements are FAKE (no GPU here); the FAKE calibration's fp8 peak is
+labelled as such below, not taken from a recorded device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+FP8 = {"kind": "gemm", "m": 512, "n": 512, "k": 512, "dtype": "fp8_e4m3", "layout_b": "col"}
+#: FAKE fp8 peak of the FAKE calibration (twice its FAKE bf16 peak, as on an H100).
+FAKE_FP8_TFLOPS = 1600.0
+#: memory: 512x512 fp8 A and B read, bf16 C written, at the FAKE 3000 GB/s; compute: 2*512^3
+#: flops at the FAKE fp8 peak. The larger is the roofline.
+ATTAINABLE_US = max((2 * 512 * 512 + 512 * 512 * 2) / 3000e9,
+                    2 * 512**3 / (FAKE_FP8_TFLOPS * 1e12)) * 1e6
+LIBRARY = ("cublas", "cutlass")
+
+
+def _post(client: TestClient, problem: dict[str, Any], **extra: Any) -> Any:
+    return client.post("/v1/jobs", json={"problem": problem, **extra})
+
+
+@pytest.mark.parametrize(("over", "field", "rule"), [
+    ({"layout_b": "row"}, "layout_b", "column-major"),
+    ({"layout_a": "col"}, "layout_a", "row-major"),
+    ({"batch": 2}, "batch", "batch=1"),
+    ({"k": 520}, "k", "multiple of 16"),
+    ({"n": 520}, "n", "multiple of 16"),
+    ({"out_dtype": "fp8_e4m3"}, "out_dtype", "bf16"),
+])
+def test_an_fp8_problem_breaking_a_rule_is_refused_naming_the_field(
+        client: TestClient, over: dict[str, Any], field: str, rule: str) -> None:
+    r = _post(client, {**FP8, **over})
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"][0]
+    assert detail["loc"] == ["body", "problem", field]
+    assert rule in detail["msg"]
+
+
+def test_an_fp8_job_without_a_library_backend_is_refused(client: TestClient) -> None:
+    r = _post(client, FP8, backends=["triton"])
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"][0]
+    assert detail["loc"] == ["body", "backends"] and "no fp8 Triton template" in detail["msg"]
+
+
+def test_an_fp8_job_defaults_to_bf16_output(client: TestClient) -> None:
+    r = _post(client, FP8)
+    assert r.status_code == 201, r.text
+    job = r.json()
+    assert job["problem"]["out_dtype"] == "bf16" and job["problem_key"].endswith(":rc")
+
+
+def _answer_all(driver: Any, worker: int, times: dict[str, float],
+                fp8_peak: float | None) -> list[str]:
+    """Lease and answer until nothing is left: kernels with ``times``, the calibration with
+    the FAKE peaks (and ``fp8_peak`` when given, as a device with fp8 GEMMs measures it).
+    Returns every backend leased, in order."""
+    leased: list[str] = []
+    for _ in range(20):
+        grant = driver.lease(worker, n=16)
+        if not grant["candidates"]:
+            return leased
+        for c in grant["candidates"]:
+            leased.append(c["backend"])
+            if c["backend"] == "calibrate":
+                m = driver.fake_calibration()
+                if fp8_peak is not None:
+                    m["extra"]["peak_tflops"]["fp8_e4m3"] = fp8_peak
+            else:
+                m = driver.fake_ok(times[c["backend"]])
+            driver.report(worker, grant["lease_id"], c["id"], m)
+    raise AssertionError(f"the job never ran out of work: {leased}")
+
+
+@pytest.mark.parametrize("policy", [{"threshold": 0.9}, {"force_custom": True}])
+def test_fp8_is_decided_by_the_library_kernels_with_the_reason(
+        client: TestClient, driver: Any, policy: dict[str, Any]) -> None:
+    pytest.importorskip("cutlass_library")
+    job = driver.submit({"max_trials": 8}, problem=FP8, policy=policy)
+    w = driver.register(backends=["cublas", "cutlass", "triton"])
+    # cuBLAS at half the roofline: a bf16 problem would go on to a custom search
+    times = {"cublas": 2 * ATTAINABLE_US, "cutlass": 1.5 * ATTAINABLE_US}
+    # The seeded calibration predates the fp8 peak, so it is measured again for this job.
+    leased = _answer_all(driver, w, times, FAKE_FP8_TFLOPS)
+    assert {"calibrate", "cublas", "cutlass"} <= set(leased)
+    assert "triton" not in leased  # no Triton candidate, ever
+    state = driver.job(job["id"])
+    assert state["status"] == "done" and state["progress"]["trials_done"] == 0
+    d = state["decision"]
+    assert d["verdict"] == "library_sufficient" and d["chosen"] == "library"
+    assert d["backend"] == "cutlass" and "e4m3" in d["config"]["op"]
+    assert d["attainable_us"] == pytest.approx(ATTAINABLE_US)
+    assert d["efficiency_library"] == pytest.approx(1 / 1.5)
+    assert "no custom tier applies" in d["rationale"]
+    assert "no fp8_e4m3 Triton template" in d["rationale"]
+    triton_tiers = [t for t in d["tiers"] if t["tier"] in ("tiles", "split_k", "hopper",
+                                                           "precision")]
+    assert len(triton_tiers) == 4
+    assert all(t["trials"] == 0 and t["reason"].startswith("skipped: no fp8_e4m3")
+               for t in triton_tiers)
+    assert d["spend"]["custom"] == {"trials": 0, "gpu_s": 0.0}
+    cal = client.get("/v1/calibrations").json()["items"][0]
+    assert cal["peak_tflops"]["fp8_e4m3"] == FAKE_FP8_TFLOPS
+
+
+def test_without_an_fp8_peak_the_library_still_decides_with_no_roofline(
+        client: TestClient, driver: Any) -> None:
+    job = driver.submit({"max_trials": 8}, problem=FP8, policy={"threshold": 0.9})
+    w = driver.register()  # cuBLAS and Triton only
+    leased = _answer_all(driver, w, {"cublas": 50.0}, fp8_peak=None)
+    assert sorted(leased) == ["calibrate", "cublas"]
+    state = driver.job(job["id"])
+    assert state["status"] == "done"
+    d = state["decision"]
+    assert d["verdict"] == "library_sufficient" and d["backend"] == "cublas"
+    assert d["attainable_us"] is None and d["efficiency_library"] is None
+    assert "no roofline" in d["rationale"] and "no fp8_e4m3 Triton template" in d["rationale"]
+    # the bf16 peaks of that calibration still serve bf16 problems: no new calibration there
+    bf16 = driver.submit({"max_trials": 2}, problem={**FP8, "dtype": "bf16", "layout_b": "row"},
+                         policy={"threshold": 0.9})
+    assert [c["backend"] for c in driver.lease(w)["candidates"]] == ["cublas"]
+    assert driver.job(bf16["id"])["stage"] == "library"
