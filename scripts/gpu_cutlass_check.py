@@ -261,10 +261,104 @@ def run_shape(entry: dict[str, Any], pl: dict[str, Any], cache: Any, tc: Any, ar
             res["ratio_vs_library"] = res["library_us"] / best["median_us"]
     res["statuses"] = {s: sum(r.get("status") == s for r in rows)
                        for s in sorted({r.get("status") for r in rows})}
-    if ok and base_t and not res.get("cuda_dead") and args.confirm_rounds:
+    if args.search_trials and not res.get("cuda_dead"):
+        res["search"] = optuna_search(problem, cache, tc, args, bench, tol, gpu,
+                                      res.get("library_us"))
+        if res["search"].get("cuda_dead"):
+            res["cuda_dead"] = res["search"]["cuda_dead"]
+    sb = (res.get("search") or {}).get("best")
+    if sb and (not res.get("best") or sb["median_us"] < res["best"]["median_us"]):
+        res["best"] = {**sb, "tflops": problem.tflops(sb["median_us"]), "from": "search"}
+        if res.get("library_us"):
+            res["ratio_vs_library"] = res["library_us"] / sb["median_us"]
+        if sb["op"] not in kernels:
+            kernels[sb["op"]] = kc.load(sb["op"], cache, tc=tc)
+    if res.get("best") and base_t and not res.get("cuda_dead") and args.confirm_rounds:
         res["confirm"] = confirm(problem, kernels[res["best"]["op"]], res["best"]["knobs"],
                                  bench, args.confirm_rounds)
     return res
+
+
+def optuna_search(problem: GemmProblem, cache: Any, tc: Any, args: Any, bench: Any, tol: float,
+                  gpu: str | None, library_us: float | None) -> dict[str, Any]:
+    """The service's CUTLASS search (``search.cutlass_tuner.CutlassTuner``: Optuna over the
+    factored space, ranked seeds first) run here against the real GPU with a compile-seconds
+    budget: ops already in the cache are free, the others are compiled (in parallel, a batch
+    at a time) and their measured nvcc seconds are charged. Every proposal is checked against
+    the reference before it is timed, exactly like the sweep above."""
+    import tempfile
+
+    from search.cutlass_tuner import CompileBudget, CutlassTuner
+    from search.types import Measurement, Status
+
+    t0 = time.perf_counter()
+    ops = kc.ops_for(problem)
+    by_name = {o.name: o for o in ops}
+    db = Path(tempfile.mkdtemp(prefix="ks-cut-", dir="/dev/shm" if Path("/dev/shm").is_dir()
+                               else None)) / "study.db"
+    tuner = CutlassTuner(f"sqlite:///{db}", problem, gpu or "H100_SXM", ops)
+    built = {o.name for o in ops if cache.find(o.name, tc)}
+    prebuilt = len(built)
+    spent, trials, rows, broken = 0.0, 0, [], set()
+    kernels: dict[str, Any] = {}
+    out: dict[str, Any] = {"trials_budget": args.search_trials,
+                           "compile_budget_s": args.compile_budget, "prebuilt_ops": prebuilt}
+    while trials < args.search_trials:
+        props = tuner.propose(min(args.jobs, args.search_trials - trials), lambda c: None,
+                              CompileBudget(left_s=args.compile_budget - spent,
+                                            built=frozenset(built - broken)))
+        if not props:
+            break
+        need = [by_name[p.config["op"]] for p in props if p.config["op"] not in built]
+        compile_s: dict[str, float] = {}
+        if need:
+            b = kc.build(need, cache, jobs=args.jobs, per_file=1, tc=tc)
+            spent += b.compile_s
+            for o in need:
+                compile_s[o.name] = b.compile_s / len(need)
+                if o.name in b.errors:
+                    broken.add(o.name)
+                else:
+                    built.add(o.name)
+        for prop in props:
+            trials += 1
+            name = prop.config["op"]
+            knobs = {k: prop.config[k] for k in space.KNOBS}
+            if name in broken:
+                m = Measurement(Status.COMPILE_ERROR, compile_s=compile_s.get(name),
+                                error="nvcc failed")
+                row = {"op": name, "knobs": knobs, "status": "compile_error"}
+            else:
+                if name not in kernels:
+                    kernels[name] = kc.load(name, cache, tc=tc)
+                row = {"op": name, **check_and_time(problem, kernels[name], knobs,
+                                                    900 + trials, bench, tol)}
+                st = Status(row["status"])
+                m = Measurement(st, median_us=row.get("median_us"), p20_us=row.get("p20_us"),
+                                p80_us=row.get("p80_us"), reps=row.get("reps", 0),
+                                rel_error=row.get("rel_error"), compile_s=compile_s.get(name, 0.0))
+            tuner.record(prop.trial_number, m)
+            row["trial"] = trials
+            rows.append(row)
+            dead = cuda_alive()
+            if dead:
+                out["cuda_dead"] = f"search, after {name}: {dead}"
+                break
+        if out.get("cuda_dead"):
+            break
+    ok = [r for r in rows if r.get("status") == "ok"]
+    out.update(trials=trials, compile_s=spent, compiled_ops=len(built) - prebuilt,
+               exhausted=tuner.exhausted, wall_s=time.perf_counter() - t0, rows=rows,
+               statuses={st: sum(r.get("status") == st for r in rows)
+                         for st in sorted({r.get("status") for r in rows})})
+    if ok:
+        best = min(ok, key=lambda r: r["median_us"])
+        first = next(i for i, r in enumerate(rows, 1) if r is best)
+        out["best"] = {"op": best["op"], "knobs": best["knobs"], "median_us": best["median_us"],
+                       "found_at_trial": first}
+        if library_us:
+            out["ratio_vs_library"] = library_us / best["median_us"]
+    return out
 
 
 def confirm(problem: GemmProblem, kernel: Any, knobs: dict[str, Any], bench: Any,
@@ -344,6 +438,22 @@ def write_report(out: Path, report: dict[str, Any]) -> None:
             f"{_f(r.get('ratio_vs_library'), 3)} | {_confirmed(r.get('confirm'))} | "
             f"{_f(r.get('warm_start_s'), 2)} | "
             f"{r.get('statuses', {})}{' CUDA DEAD' if r.get('cuda_dead') else ''} |")
+    searched = [r for r in report.get("shapes", []) if r.get("search")]
+    if searched:
+        lines += ["", "Optuna search (`search.cutlass_tuner.CutlassTuner`, the service's):", "",
+                  "| shape | dtype | trials | compiled (nvcc s) | prebuilt ops | best | us | "
+                  "found at | ratio | exhausted | statuses |", "|---|---|---|---|---|---|---|---|"
+                  "---|---|---|"]
+        for r in searched:
+            s_, sh = r["search"], r["shape"]
+            b = s_.get("best") or {}
+            lines.append(
+                f"| {sh['m']}x{sh['n']}x{sh['k']} | {sh.get('dtype', 'bf16')} | "
+                f"{s_.get('trials')} | {s_.get('compiled_ops')} ({_f(s_.get('compile_s'))}) | "
+                f"{s_.get('prebuilt_ops')} | {short_op(b['op']) if b else '-'} "
+                f"{_knobs(b.get('knobs'))} | {_f(b.get('median_us'))} | "
+                f"{b.get('found_at_trial', '-')} | {_f(s_.get('ratio_vs_library'), 3)} | "
+                f"{s_.get('exhausted')} | {s_.get('statuses')} |")
     lines += ["", "ratio = library time / best CUTLASS time (>1: CUTLASS faster). Library is "
               "torch.matmul (cuBLAS) or torch._scaled_mm for fp8. ratio (interleaved): the best "
               "config and the library re-timed alternately (medians of the rounds; spread = "
@@ -352,6 +462,10 @@ def write_report(out: Path, report: dict[str, Any]) -> None:
 
 
 _DEFAULT = {"raster": "heuristic", "swizzle": 1, "splits": 1}
+
+
+def _knobs(k: dict[str, Any] | None) -> str:
+    return "" if not k else f"{k['raster']} sw{k['swizzle']} sp{k['splits']}"
 
 
 def _confirmed(c: dict[str, Any] | None) -> str:
@@ -388,6 +502,10 @@ def main() -> int:
                     help="per shape, also try up to N more ranked ops already in the cache")
     ap.add_argument("--sweep-top", type=int, default=2,
                     help="sweep the runtime knobs of this many fastest ops")
+    ap.add_argument("--search-trials", type=int, default=0,
+                    help="per shape, also run the service's Optuna CUTLASS search for N trials")
+    ap.add_argument("--compile-budget", type=float, default=600.0,
+                    help="compile-seconds the Optuna search may spend per shape")
     ap.add_argument("--confirm-rounds", type=int, default=7,
                     help="interleaved rounds of the best config vs the library (0: none)")
     ap.add_argument("--deadline", type=float, default=560.0,
