@@ -9,9 +9,10 @@ time, plus three runtime knobs. Two things make it unlike the Triton space:
   scheduler, whether it reads a C operand) plus the knobs (raster, swizzle, splits). Most
   combinations of factors name no operation; those, and those that break
   ``cutlass_gemm.violations``, are told to Optuna as infeasible, so it learns where the
-  operations are. When TPE keeps missing, the next untried configuration in rank order is
-  enqueued instead, so every proposal call makes progress and :attr:`exhausted` means "nothing
-  new is left", never "TPE was unlucky".
+  operations are. When TPE keeps missing, an untried configuration is enqueued instead: an
+  operation near the best one measured so far (fewest differing factors, then rank), or
+  every third time a knob setting of that best one. So every proposal call makes progress and
+  :attr:`exhausted` means "nothing new is left", never "TPE was unlucky".
 - **Compiling costs more than measuring.** An operation that is not built yet costs an nvcc run
   (about a minute); its knob variants then cost nothing. The caller passes a
   :class:`CompileBudget`: compile-seconds left, the operations already built, the ones whose
@@ -289,7 +290,38 @@ class CutlassTuner(StudyTuner):
 
     def _next_untried(self, tried: set[str], broken: set[str], allowed: set[str] | None,
                       best_of: dict[str, float]) -> dict[str, Any] | None:
-        names = self._ranked if allowed is None else self._order(allowed, best_of)
+        """The next configuration when the sampler keeps missing: mostly a new operation
+        near the best one measured so far, sometimes a knob setting of that best one.
+
+        New operations come in order of how many factors they differ in from the incumbent
+        (the best-measured operation), then by rank: the recorded H100 runs show that the
+        winner is usually the incumbent with one factor changed (its ping-pong twin, the
+        other cluster, the next tile), while walking the rank order spends the budget on
+        operations like the ones that already lost. Every third fallback tunes the
+        incumbent's runtime knobs instead (free: no compile). Once the budget allows no
+        compile (``allowed`` is set), knob settings of the built operations, best first."""
+        if allowed is not None:
+            return self._first_untried(self._order(allowed, best_of), tried, broken)
+        incumbent = min(best_of, key=best_of.__getitem__) if best_of else None
+        if incumbent is not None and len(tried) % 3 == 2:
+            cfg = self._first_untried([incumbent], tried, broken)
+            if cfg is not None:
+                return cfg
+        rank = {name: i for i, name in enumerate(self._ranked)}
+        fresh = [n for n in self._ranked
+                 if self._configs[n] and n not in broken and n not in best_of
+                 and config_key(self._configs[n][0]) not in tried]
+        if incumbent is not None:
+            home = op_dims(self._ops[incumbent])
+            fresh.sort(key=lambda n: (sum(a != home[d] for d, a in op_dims(self._ops[n]).items()),
+                                      rank[n]))
+        if fresh:
+            return self._configs[fresh[0]][0]
+        return self._first_untried(self._order(set(best_of), best_of) + self._ranked, tried,
+                                   broken)
+
+    def _first_untried(self, names: Sequence[str], tried: set[str], broken: set[str]
+                       ) -> dict[str, Any] | None:
         for name in names:
             if name in broken:
                 continue
