@@ -63,6 +63,8 @@ def main() -> None:
     ap.add_argument("--modes", default="agent,full", help="which runs: agent, full or both")
     ap.add_argument("--backends", default="cublas,triton",
                     help="job backends (cuBLAS is the library the targets compare with)")
+    ap.add_argument("--cutlass-compile-s", type=float, default=300.0,
+                    help="compile-seconds of the CUTLASS search (fp8 jobs; cached ops are free)")
     ap.add_argument("--merge", default="", help="agent_bench.json of an earlier run of the "
                     "other mode (on the same GPU model) to report side by side")
     args = ap.parse_args()
@@ -94,8 +96,14 @@ def main() -> None:
                 # fp32 inputs: the public file allows tf32 by policy
                 policy = {"allow_tf32": problem["dtype"] == "fp32",
                           "full_search": mode == "full"}
-                job = run_job(cluster, problem, args.trials, policy, args.timeout,
-                              args.backends.split(","))
+                backends = args.backends.split(",")
+                if dtype == "fp8_e4m3":
+                    # no Triton fp8 template: the library kernels (cuBLAS's _scaled_mm and
+                    # CUTLASS) are what an fp8 job weighs
+                    backends = [b for b in backends if b != "triton"]
+                    backends += [] if "cutlass" in backends else ["cutlass"]
+                    policy["cutlass_compile_s"] = args.cutlass_compile_s
+                job = run_job(cluster, problem, args.trials, policy, args.timeout, backends)
                 jobs[mode][i] = job
                 d = job.get("decision") or {}
                 print(f"[{mode}] {i} {problem['m']}x{problem['n']}x{problem['k']} "
@@ -125,6 +133,7 @@ def main() -> None:
             "efficiency_library": da.get("efficiency_library"), "bound": da.get("bound"),
             "agent_rationale": da.get("rationale"), "full_rationale": df.get("rationale"),
             "agent_status": a.get("status"), "full_status": f.get("status"),
+            "agent_vs_cublas": vs_cublas(da), "full_vs_cublas": vs_cublas(df),
         })
         ratio = row["agent_gpu_s"] / row["full_gpu_s"] if row["full_gpu_s"] else None
         row["gpu_ratio"] = ratio
@@ -152,6 +161,17 @@ def main() -> None:
     print(render(meta, rows))
 
 
+def vs_cublas(d: dict[str, Any]) -> float | None:
+    """cuBLAS's time over the chosen kernel's: the decision's speed-up is over the library's
+    best, which may be a CUTLASS config."""
+    cublas = [t.get("median_us") for t in d.get("library_trials") or []
+              if t.get("backend") == "cublas" and t.get("status") == "ok" and t.get("median_us")]
+    pick = d.get("library") if d.get("chosen") == "library" else d.get("custom")
+    if not cublas or not pick or not pick.get("median_us"):
+        return None
+    return min(cublas) / pick["median_us"]
+
+
 def _f(v: Any, fmt: str = "{:.2f}") -> str:
     return "—" if v is None else fmt.format(v)
 
@@ -165,11 +185,11 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
              f"GB/s (read + write), peaks {json.dumps(cal.get('peak_tflops'))} TFLOP/s", "",
              "| shape | dtype | bound | lib eff | agent verdict | agent trials | agent GPU-s | "
              "full verdict | full trials | full GPU-s | GPU ratio | agent speed-up | "
-             "full speed-up | target | met |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "full speed-up | agent vs cuBLAS | target | met |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "note" in r:
-            lines.append(f"| {r['shape']} | {r['dtype']} | {r['note']} |" + " |" * 12)
+            lines.append(f"| {r['shape']} | {r['dtype']} | {r['note']} |" + " |" * 13)
             continue
         lines.append(
             f"| {r['shape']} | {r['dtype']} | {r.get('bound') or '—'} | "
@@ -177,7 +197,8 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             f"{_f(r['agent_gpu_s'], '{:.1f}')} | {r['full_verdict']} | {r['full_trials']} | "
             f"{_f(r['full_gpu_s'], '{:.1f}')} | {_f(r['gpu_ratio'])} | "
             f"{_f(r['agent_speedup'], '{:.3f}')} | {_f(r['full_speedup'], '{:.3f}')} | "
-            f"{r['target']} | {'yes' if r['met'] else 'NO'} |")
+            f"{_f(r.get('agent_vs_cublas'), '{:.3f}')} | {r['target']} | "
+            f"{'yes' if r['met'] else 'NO'} |")
     return "\n".join(lines) + "\n"
 
 
