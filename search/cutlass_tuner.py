@@ -221,6 +221,15 @@ class CutlassTuner(StudyTuner):
         """One new proposal and whether its operation needs compiling; ``None`` when no
         untried configuration of the ``allowed`` operations (``None``: any) is left."""
         built_only = allowed is not None
+        if not built_only and len(tried) % 2 == 0:
+            # every other proposal: an untried neighbour of the best operation so far
+            cfg = self._neighbour(tried, broken, best_of)
+            if cfg is not None:
+                self._study.enqueue_trial(self.params_of(cfg))
+                got = self._judge(self._study.ask(self._dists), known, tried, broken, built,
+                                  allowed)
+                if got is not None:
+                    return got
         for _ in range(_TPE_TRIES_KNOBS if built_only else _TPE_TRIES):
             if built_only:
                 focus = self._focus(allowed or set(), tried, best_of)
@@ -319,6 +328,23 @@ class CutlassTuner(StudyTuner):
             return self._configs[fresh[0]][0]
         return self._first_untried(self._order(set(best_of), best_of) + self._ranked, tried,
                                    broken)
+
+    def _neighbour(self, tried: set[str], broken: set[str], best_of: dict[str, float]
+                   ) -> dict[str, Any] | None:
+        """The default configuration of the best-ranked untried operation that differs from
+        the incumbent (the best-measured operation) in exactly one factor, if any."""
+        if not best_of:
+            return None
+        incumbent = min(best_of, key=best_of.__getitem__)
+        home = op_dims(self._ops[incumbent])
+        for name in self._ranked:
+            if name in broken or name in best_of or not self._configs[name]:
+                continue
+            dims = op_dims(self._ops[name])
+            if sum(dims[d] != home[d] for d in DIMS) == 1 \
+                    and config_key(self._configs[name][0]) not in tried:
+                return self._configs[name][0]
+        return None
 
     def _first_untried(self, names: Sequence[str], tried: set[str], broken: set[str]
                        ) -> dict[str, Any] | None:

@@ -122,7 +122,7 @@ def _print_result(result: Any) -> None:
     table = Table(title=f"{job.get('problem_key', '')} on {result.gpu_model}")
     for col in ("", "backend", "median µs", "p20–p80 µs", "TFLOP/s"):
         table.add_column(col)
-    for label, row in (("cuBLAS", lib), ("best Triton", custom), ("winner", best)):
+    for label, row in (("library best", lib), ("best Triton", custom), ("winner", best)):
         if row:
             table.add_row(label, row["backend"], f"{row['median_us']:.2f}",
                           f"{row['p20_us']:.2f}–{row['p80_us']:.2f}", f"{row['tflops']:.1f}")
@@ -140,6 +140,15 @@ def _print_result(result: Any) -> None:
                   f"{'verified interleaved' if decision.get('verified') else 'not re-measured'})")
         out.print(f"why: {decision['rationale']}")
         out.print(f"spent: {gpu_s}")
+        cublas = [t["median_us"] for t in decision.get("library_trials") or []
+                  if t.get("backend") == "cublas" and t.get("status") == "ok"
+                  and t.get("median_us")]
+        pick = decision.get("library") if decision.get("chosen") == "library" \
+            else decision.get("custom")
+        if cublas and pick and pick.get("median_us") and (pick.get("backend") != "cublas"):
+            out.print(f"speed-up over cuBLAS: {min(cublas) / pick['median_us']:.3f}x "
+                      f"({pick['backend']} {pick['median_us']:.1f} µs vs cuBLAS "
+                      f"{min(cublas):.1f} µs, first-stage/search medians)")
     elif lib and best:
         out.print(f"speed-up over cuBLAS: {lib['median_us'] / best['median_us']:.3f}x")
     progress = job.get("progress") or {}
