@@ -414,15 +414,23 @@ class CutlassProgress(TierProgress):
                 "compile_budget_s": self.compile_budget_s}
 
 
+#: The most the CUTLASS search is expected to gain over the first stage's ranked CUTLASS ops:
+#: on the recorded H100 runs (``tests/data/h100_cutlass_trials.json``) the best of 36 ops and
+#: their knobs beat the best of the top 6 ranked by at most 6% (32768x512x512; fp8 4%).
+CUTLASS_SEARCH_MAX_GAIN = 0.10
+
+
 def cutlass_progress(ev: Evidence) -> CutlassProgress | None:
     """The CUTLASS search's state; ``None`` when it does not run: the policy gives it no
     trials, or CUTLASS contributed no first-stage candidate (the job does not allow it, or it
     cannot serve the problem; ``Evidence.library_notes`` say why).
 
-    It ends when its trial budget is spent, when the tuner finds nothing untried within the
-    compile budget, when it stalls (no > ``min_gain`` gain on the library best in ``patience``
-    trials; not under ``full_search``), or when time is up. There is no promise rule: the
-    search *is* the library, so there is nothing for it to be behind."""
+    It is skipped (not under ``full_search``) when the first stage's best CUTLASS op is so far
+    behind the library's best that even a :data:`CUTLASS_SEARCH_MAX_GAIN` gain would not make
+    it faster: a library-side search only matters if it beats the library. It ends when its
+    trial budget is spent, when the tuner finds nothing untried within the compile budget,
+    when it stalls (no > ``min_gain`` gain on the library best in ``patience`` trials; not
+    under ``full_search``), or when time is up."""
     pol = ev.policy
     if pol.cutlass_trials <= 0 or not any(b == _CUTLASS for b, _ in ev.library_configs):
         return None
@@ -441,7 +449,15 @@ def cutlass_progress(ev: Evidence) -> CutlassProgress | None:
                 running = min(running, t.median_us)
     budget = pol.cutlass_trials
     ended, reason = False, ""
-    if len(trials) >= budget and len(done) == len(trials):
+    seeds = _custom_best([t for t in ev.trials if t.tier is None and t.backend == _CUTLASS])
+    if (not trials and not pol.full_search and seeds is not None and first is not None
+            and seeds.median_us / (1 + CUTLASS_SEARCH_MAX_GAIN) >= first.median_us):
+        ended, reason = True, (
+            f"skipped: the first stage's best CUTLASS op ({seeds.median_us:.1f} us) is "
+            f"{seeds.median_us / first.median_us - 1:.0%} behind {first.backend}'s "
+            f"{first.median_us:.1f} us; even a {CUTLASS_SEARCH_MAX_GAIN:.0%} gain would not "
+            "make it faster")
+    elif len(trials) >= budget and len(done) == len(trials):
         ended, reason = True, f"budget of {budget} trials spent"
     elif CUTLASS_TIER in ev.exhausted_tiers and len(done) == len(trials):
         ended, reason = True, ("nothing untried left within the compile budget "
@@ -594,6 +610,9 @@ def _with_notes(ev: Evidence, d: Decision) -> Decision:
         why += (f" CUTLASS search (library side): {cut.created} trials, {best}, "
                 f"{cut.compile_s:.0f} of {cut.compile_budget_s:.0f} compile-s "
                 f"({cut.reason or 'open'}).")
+        tiers = (cut.to_dict(), *tiers)
+    elif cut is not None and cut.reason.startswith("skipped"):
+        why += f" CUTLASS search (library side): {cut.reason}."
         tiers = (cut.to_dict(), *tiers)
     if notes:
         why = " ".join((why, *notes))

@@ -158,3 +158,23 @@ def test_policy_rejects_bad_cutlass_budgets_by_name() -> None:
     pol = Policy.from_dict({"cutlass_trials": 3, "cutlass_compile_s": 120})
     assert (pol.cutlass_trials, pol.cutlass_compile_s) == (3, 120)
     assert Policy().to_dict()["cutlass_trials"] == 12
+
+
+def test_a_cutlass_search_that_cannot_beat_the_library_is_skipped() -> None:
+    """First-stage CUTLASS 30% behind cuBLAS (FAKE, like the H100's 29.5 us vs 24.0 us at
+    1000x3000x2000): a 10% gain would still lose, so the agent goes straight to the custom
+    tiers and says why; the full search still runs it."""
+    search = [(op(i), 2.5 * ATTAINABLE, 0.0) for i in range(12)]
+    dev = device(Policy(), search, seed_us=2.6)  # cuBLAS at 2.0x the attainable
+    d = dev.run()
+    assert CUTLASS_TIER not in stages(dev)
+    cut = next(t for t in d.tiers if t["tier"] == CUTLASS_TIER)
+    assert cut["trials"] == 0 and cut["reason"].startswith("skipped: the first stage's best")
+    assert d.spend["cutlass"]["trials"] == 0
+    full = device(Policy(full_search=True), search, seed_us=2.6)
+    full.run()
+    assert stages(full)[0] == CUTLASS_TIER
+    # within reach of the library (1.05x behind), the search runs
+    near = device(Policy(), search, seed_us=2.1)
+    near.run()
+    assert stages(near)[0] == CUTLASS_TIER
