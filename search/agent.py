@@ -332,6 +332,21 @@ def _custom_best(trials: Sequence[Trial]) -> Trial | None:
     return min(ok, key=lambda t: (t.median_us, t.id)) if ok else None
 
 
+def _stall(done: Sequence[Trial], best: float | None, min_gain: float
+           ) -> tuple[float | None, int]:
+    """The best time after ``done`` (in order, starting from ``best``) and how many trials
+    have passed since the last one that improved it by more than ``min_gain``."""
+    since = 0
+    for t in done:
+        if t.ok and (best is None or t.median_us < best * (1 - min_gain)):
+            best, since = t.median_us, 0
+        else:
+            since += 1
+            if t.ok and best is not None:
+                best = min(best, t.median_us)
+    return best, since
+
+
 def tier_progress(ev: Evidence) -> list[TierProgress]:
     """Where each applicable tier stands. Tiers run in order; tier *t* gets
     ``ceil(total x cumulative weight up to t)`` minus what earlier tiers created (so the first
@@ -358,14 +373,7 @@ def tier_progress(ev: Evidence) -> list[TierProgress]:
         ended, reason = False, ""
         before = running_best  # the custom best of the earlier tiers
         # patience: trials since the last > min_gain improvement of the custom best so far
-        since = 0
-        for t in done:
-            if t.ok and (running_best is None or t.median_us < running_best * (1 - pol.min_gain)):
-                running_best, since = t.median_us, 0
-            else:
-                since += 1
-                if t.ok and running_best is not None:
-                    running_best = min(running_best, t.median_us)
+        running_best, since = _stall(done, running_best, pol.min_gain)
         gap_ok = lib.median_us * (1 + pol.promise_gap) if lib is not None else None
         if (not trials and not pol.full_search and tier.max_gain is not None
                 and before is not None and gap_ok is not None
@@ -438,15 +446,7 @@ def cutlass_progress(ev: Evidence) -> CutlassProgress | None:
     done = [t for t in trials if t.done]
     compile_s = sum(t.compile_s for t in done)
     first = _custom_best([t for t in ev.trials if t.tier is None])
-    running = first.median_us if first is not None else None
-    since = 0
-    for t in done:
-        if t.ok and (running is None or t.median_us < running * (1 - pol.min_gain)):
-            running, since = t.median_us, 0
-        else:
-            since += 1
-            if t.ok and running is not None:
-                running = min(running, t.median_us)
+    _, since = _stall(done, first.median_us if first is not None else None, pol.min_gain)
     budget = pol.cutlass_trials
     ended, reason = False, ""
     seeds = _custom_best([t for t in ev.trials if t.tier is None and t.backend == _CUTLASS])
