@@ -25,6 +25,7 @@ from db.records import (
     JobCounts,
     LeaseRecord,
 )
+from search.agent import CUTLASS_TIER
 from search.types import config_key
 
 
@@ -44,7 +45,9 @@ def add_candidates(session: Session, job_id: int, problem_id: int, backend: str,
 
 def job_counts(session: Session, job_id: int) -> JobCounts:
     c = CandidateRow
-    triton = c.tier.is_not(None)  # custom-search trials (what the trial budget counts)
+    # custom-search trials (what the trial budget counts): a tier, but not the CUTLASS search
+    # (library side, with its own budget in the policy)
+    custom = c.tier.is_not(None) & (c.tier != CUTLASS_TIER)
 
     def count(cond: Any) -> Any:
         return func.coalesce(func.sum(case((cond, 1), else_=0)), 0)
@@ -52,8 +55,8 @@ def job_counts(session: Session, job_id: int) -> JobCounts:
     row = session.execute(select(
         count(c.status == CandidateStatus.PENDING.value),
         count(c.status == CandidateStatus.LEASED.value),
-        count(triton),
-        count(triton & c.status.in_(TERMINAL)),
+        count(custom),
+        count(custom & c.status.in_(TERMINAL)),
         count(c.status == CandidateStatus.DONE.value),
         count(c.status == CandidateStatus.FAILED.value),
     ).where(c.job_id == job_id)).one()

@@ -195,8 +195,8 @@ class JobCounts:
 
     pending: int = 0
     leased: int = 0
-    triton_created: int = 0
-    triton_terminal: int = 0
+    custom_created: int = 0
+    custom_terminal: int = 0
     ok: int = 0
     failed: int = 0
 

@@ -45,7 +45,7 @@ def job_out(state: JobState) -> JobOut:
                                               max_seconds=job.max_seconds),
         backends=list(job.backends), target_gpu=job.target_gpu, gpu=job.bound_gpu, seed=job.seed,
         created_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at,
-        progress=ProgressOut(trials_done=counts.triton_terminal, trials_budget=job.max_trials,
+        progress=ProgressOut(trials_done=counts.custom_terminal, trials_budget=job.max_trials,
                              elapsed_s=elapsed, outstanding=counts.outstanding),
         best=best, library_best=library, custom_best=measurement_out(state.custom_best, problem),
         speedup=speedup, error=job.error, policy=job.policy, stage=job.stage,

@@ -81,4 +81,4 @@ def test_expire_stale(database: Database) -> None:
     assert out[0].candidate.failure_reason == "lease expired 1 times"
     with database.read_session() as s:
         counts = candidates.job_counts(s, job_id)
-    assert counts.failed == 2 and counts.outstanding == 0 and counts.triton_terminal == 2
+    assert counts.failed == 2 and counts.outstanding == 0 and counts.custom_terminal == 2

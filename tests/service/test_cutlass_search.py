@@ -110,6 +110,9 @@ def test_the_cutlass_search_runs_within_its_budgets_before_triton(
     assert cut["compile_budget_s"] == 2 * FAKE_COMPILE_S and cut["ended"]
     assert "CUTLASS search" in d["rationale"]
     assert sum(t["search"] for t in d["library_trials"]) == len(searched)
+    # the job's progress counts the custom (Triton) trials its budget is in, not the CUTLASS
+    # search's (library side, budgeted by the policy)
+    assert state["progress"]["trials_done"] == backends.count("triton")
 
 
 def test_a_bad_cutlass_budget_is_refused_naming_the_field(client: TestClient) -> None:
