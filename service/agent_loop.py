@@ -74,13 +74,15 @@ class AgentLoop:
                 if job is None or job.status != JobStatus.RUNNING or job.bound_gpu is None:
                     return
                 now = self.clock()
-                if self._time_up(job, now):
-                    self._cancel_pending(job, "time budget exhausted")
-                ev, dev = self.evidence(job, now, device)
+                if time_up(job, now):
+                    self._drop_pending(job, "time budget exhausted")
+                # the worker resolved once: later rounds reuse it
+                ev, device = self.evidence(job, now, device)
                 p = agent.plan(ev)
-                with self.db.session() as s:
-                    jobs.set_stage(s, job.id, str(p.stage))
-                if not self._act(job, ev, p, dev, now):
+                if job.stage != str(p.stage):
+                    with self.db.session() as s:
+                        jobs.set_stage(s, job.id, str(p.stage))
+                if not self._act(job, ev, p, device, now):
                     return
 
     # -- evidence -----------------------------------------------------------------------------
@@ -135,9 +137,9 @@ class AgentLoop:
                 library_configs.append((CUBLAS, {"allow_tf32": True}))
         library_notes: list[str] = []
         if CUTLASS in backends:
-            found, note = cutlass_configs(problem, gpu or str(device.get("gpu_model", "")),
+            seeds, note = cutlass_configs(problem, gpu or str(device.get("gpu_model", "")),
                                           self.settings.cutlass_candidates)
-            library_configs += [(CUTLASS, dict(c)) for c in found]
+            library_configs += [(CUTLASS, dict(c)) for c in seeds]
             if note:
                 library_notes.append(note)
         tiers = triton_gemm.tier_plans(
@@ -151,7 +153,7 @@ class AgentLoop:
             custom_allowed=any(b in CUSTOM_BACKENDS for b in backends), tiers=tiers,
             trials=tuple(trials), exhausted_tiers=frozenset(job.exhausted_tiers),
             verification=verification, max_trials=job.max_trials,
-            time_up=self._time_up(job, now), calibration_gpu_s=cal_gpu_s)
+            time_up=time_up(job, now), calibration_gpu_s=cal_gpu_s)
         return ev, device
 
     # -- actions ------------------------------------------------------------------------------
@@ -162,33 +164,37 @@ class AgentLoop:
         changed = False
         for action in p.actions:
             if isinstance(action, agent.Calibrate):
-                self._add(job, Task.CALIBRATE.value, [({}, None)], now)
+                self._add(job, [(Task.CALIBRATE.value, {})], now)
             elif isinstance(action, agent.MeasureLibrary):
-                for backend, config in action.candidates:
-                    self._add(job, backend, [(dict(config), None)], now)
+                self._add(job, [(backend, dict(config)) for backend, config in action.candidates],
+                          now)
             elif isinstance(action, agent.StopTier):
-                changed |= self._stop_tier(job, action.tier, action.reason) > 0
+                changed |= bool(self._drop_pending(job, f"tier over: {action.reason}",
+                                                   action.tier))
             elif isinstance(action, agent.Search):
                 changed |= self._search(job, ev, action, device, now)
             elif isinstance(action, agent.Verify):
-                self._add(job, Task.VERIFY.value, [(_verify_config(action), None)], now)
+                self._add(job, [(Task.VERIFY.value, _verify_config(action))], now)
             elif isinstance(action, agent.Decide):
                 self._decide(job, action.decision, device, now)
                 return False
         return changed
 
-    def _add(self, job: JobRecord, backend: str, items: list[tuple[dict[str, Any], int | None]],
-             now: datetime, tier: str | None = None) -> None:
+    def _add(self, job: JobRecord, items: list[tuple[str, dict[str, Any]]], now: datetime
+             ) -> None:
+        """Enqueue library and task candidates ``(backend, config)``, in order, in one
+        transaction: never twice for one job."""
         with self.db.session() as s:
             current = jobs.get_job(s, job.id, lock=True)
             if current is None or not current.active:
                 return
-            if tier is None:  # library and task candidates: never twice for one job
-                have = {(c.backend, c.config_key) for c in cands.job_candidates(s, job.id)
-                        if not (c.status == CandidateStatus.CANCELLED)}
-                items = [(c, t) for c, t in items if (backend, config_key(c)) not in have]
-            if items:
-                cands.add_candidates(s, job.id, job.problem_id, backend, items, now, tier)
+            have = {(c.backend, c.config_key) for c in cands.job_candidates(s, job.id)
+                    if c.status != CandidateStatus.CANCELLED}
+            for backend, config in items:
+                if (backend, config_key(config)) not in have:
+                    have.add((backend, config_key(config)))
+                    cands.add_candidates(s, job.id, job.problem_id, backend, [(config, None)],
+                                         now)
 
     def _search(self, job: JobRecord, ev: agent.Evidence, action: agent.Search,
                 device: dict[str, Any], now: datetime) -> bool:
@@ -244,34 +250,25 @@ class AgentLoop:
         left = math.inf if action.compile_left_s is None else action.compile_left_s
         return CompileBudget(left, frozenset(built), frozenset(pending))
 
-    def _stop_tier(self, job: JobRecord, tier: str, reason: str) -> int:
+    def _drop_pending(self, job: JobRecord, reason: str, tier: str | None = None
+                      ) -> list[CandidateRecord]:
+        """Cancel the job's pending candidates (of ``tier`` only, if given) and close their
+        trials in the tuners; returns them."""
         with self.db.session() as s:
-            dropped = [c for c in cands.job_candidates(s, job.id)
-                       if c.tier == tier and c.status == CandidateStatus.PENDING]
-            cands.cancel_ids(s, [c.id for c in dropped], f"tier over: {reason}")
+            dropped = _cancel_pending(s, job.id, reason, tier)
         self.abandon(job, dropped)
-        return len(dropped)
-
-    def _cancel_pending(self, job: JobRecord, reason: str) -> None:
-        with self.db.session() as s:
-            dropped = [c for c in cands.job_candidates(s, job.id)
-                       if c.status == CandidateStatus.PENDING]
-            cands.cancel_ids(s, [c.id for c in dropped], reason)
-        self.abandon(job, dropped)
+        return dropped
 
     def _decide(self, job: JobRecord, d: agent.Decision, device: dict[str, Any],
                 now: datetime) -> None:
         pick = d.custom if d.chosen == "custom" else d.library
         env = {k: device.get(k) for k in ("gpu_model", "sm_count", "cc", "driver", "cuda",
                                            "torch", "triton") if k in device}
-        dropped: list[CandidateRecord] = []
         with self.db.session() as s:
             current = jobs.get_job(s, job.id, lock=True)
             if current is None or current.status != JobStatus.RUNNING:
                 return
-            dropped = [c for c in cands.job_candidates(s, job.id)
-                       if c.status == CandidateStatus.PENDING]
-            cands.cancel_ids(s, [c.id for c in dropped], "decided")
+            dropped = _cancel_pending(s, job.id, "decided")
             rf = d.roofline
             if pick is not None:
                 decisions.add_decision(
@@ -323,11 +320,22 @@ class AgentLoop:
         with self.db.read_session() as s:
             return jobs.get_job(s, job_id)
 
-    @staticmethod
-    def _time_up(job: JobRecord, now: datetime) -> bool:
-        if job.max_seconds is None or job.started_at is None:
-            return False
-        return (now - job.started_at).total_seconds() >= job.max_seconds
+
+
+def time_up(job: JobRecord, now: datetime) -> bool:
+    """Whether the job's time budget (from its start) has run out."""
+    if job.max_seconds is None or job.started_at is None:
+        return False
+    return (now - job.started_at).total_seconds() >= job.max_seconds
+
+
+def _cancel_pending(s: Session, job_id: int, reason: str, tier: str | None = None
+                    ) -> list[CandidateRecord]:
+    """Cancel the job's pending candidates (of ``tier`` only, if given); returns them."""
+    dropped = [c for c in cands.job_candidates(s, job_id)
+               if c.status == CandidateStatus.PENDING and (tier is None or c.tier == tier)]
+    cands.cancel_ids(s, [c.id for c in dropped], reason)
+    return dropped
 
 
 def record_calibration(s: Session, cand: CandidateRecord, m: Measurement, gpu_model: str,

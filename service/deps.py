@@ -32,6 +32,8 @@ def get_settings_dep(request: Request) -> ServiceSettings:
 FlowDep = Annotated[Flow, Depends(get_flow)]
 SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[ServiceSettings, Depends(get_settings_dep)]
+#: An optional ``?gpu=`` filter: a GPU model name (no control characters).
+GpuQ = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
 
 
 def require_worker_token(settings: SettingsDep,

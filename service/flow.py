@@ -42,7 +42,7 @@ from search.types import (
     Task,
     check_served,
 )
-from service.agent_loop import AgentLoop, record_calibration
+from service.agent_loop import AgentLoop, record_calibration, time_up
 from service.errors import Conflict, Gone, InvalidInput, NotFound
 from service.settings import ServiceSettings
 from service.tuning import TunerPool
@@ -130,7 +130,7 @@ class Flow:
     def job_state(self, job_id: int) -> JobState:
         now = self.clock()
         job = self._job(job_id)
-        if job.status == JobStatus.RUNNING and self._time_up(job, now):
+        if job.status == JobStatus.RUNNING and time_up(job, now):
             self.agent.advance(job.id)
         with self.db.read_session() as s:
             return self._state(s, job_id, now)
@@ -304,11 +304,6 @@ class Flow:
             return False
         needed = GemmProblem.from_dict(job.problem).min_bytes
         return device.memory_bytes <= 0 or needed <= device.memory_bytes
-
-    def _time_up(self, job: JobRecord, now: datetime) -> bool:
-        if job.max_seconds is None or job.started_at is None:
-            return False
-        return (now - job.started_at).total_seconds() >= job.max_seconds
 
     def _bind(self, job: JobRecord, device: Device, now: datetime) -> JobRecord | None:
         """Bind an unbound job to the device's GPU model (the agent then plans its work)."""

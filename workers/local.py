@@ -48,15 +48,18 @@ class LocalCluster:
     def __enter__(self) -> LocalCluster:
         self._server = EmbeddedServer(self.settings)
         self._server.__enter__()
+        runner: IsolatedRunner | None = None
         try:
             self.client = KernelSearchClient(self._server.url, token=self.settings.worker_token)
-            self._runner = IsolatedRunner(interpret=self.device.mode != "cuda",
-                                          timeout_s=self.candidate_timeout_s)
-            self._runner.__enter__()
-            loop = WorkerLoop(self.client, self._runner, self.device, batch=self.batch,
-                              poll_s=0.2)
+            runner = IsolatedRunner(interpret=self.device.mode != "cuda",
+                                    timeout_s=self.candidate_timeout_s)
+            runner.__enter__()
+            self._runner = runner
+            loop = WorkerLoop(self.client, runner, self.device, batch=self.batch, poll_s=0.2)
             loop.register()
         except BaseException:
+            if runner is not None:  # its benchmark child is running: stop it too
+                runner.__exit__(None, None, None)
             self._server.__exit__(None, None, None)
             raise
         self._stop = threading.Event()

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 
 from search.types import GemmProblem, ProblemError
-from service.deps import FlowDep
+from service.deps import FlowDep, GpuQ
 from service.errors import InvalidInput
 from service.queries import find_best
 from service.schemas import MAX_DIM, BestOut
@@ -24,8 +24,7 @@ def best(flow: FlowDep, m: DimQ, n: DimQ, k: DimQ,
          kind: Literal["gemm"] = "gemm", batch: DimQ = 1, dtype: WordQ = "bf16",
          out_dtype: WordQ | None = None, acc_dtype: WordQ = "fp32",
          layout_a: WordQ = "row", layout_b: WordQ = "row",
-         gpu: Annotated[str | None, Query(min_length=1, max_length=200,
-                                          pattern=r"^[^\x00-\x1f]+$")] = None) -> BestOut:
+         gpu: GpuQ = None) -> BestOut:
     try:
         problem = GemmProblem(m=m, n=n, k=k, batch=batch, dtype=dtype, out_dtype=out_dtype,
                               acc_dtype=acc_dtype, layout_a=layout_a, layout_b=layout_b)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 
 from db import calibrations
-from service.deps import FlowDep, SessionDep
+from service.deps import FlowDep, GpuQ, SessionDep
 from service.schemas import CalibrationList, RefreshIn, RefreshOut
 from service.views import calibration_out
 
@@ -15,10 +13,7 @@ router = APIRouter(prefix="/v1/calibrations", tags=["calibrations"])
 
 
 @router.get("", response_model=CalibrationList)
-def list_calibrations(session: SessionDep,
-                      gpu: Annotated[str | None, Query(min_length=1, max_length=200,
-                                                       pattern=r"^[^\x00-\x1f]+$")] = None
-                      ) -> CalibrationList:
+def list_calibrations(session: SessionDep, gpu: GpuQ = None) -> CalibrationList:
     """Calibrations newest first (stale ones included, flagged)."""
     return CalibrationList(items=[calibration_out(c) for c in
                                   calibrations.list_calibrations(session, gpu)])

@@ -7,10 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from search.agent import Policy
-from search.types import ProblemError
+from search.types import GemmProblem, ProblemError
 from service.deps import FlowDep, PagingDep, SettingsDep
 from service.errors import InvalidInput
-from service.schemas import MAX_ID, JobIn, JobList, JobOut, PolicyIn
+from service.flow import Flow
+from service.schemas import MAX_ID, JobIn, JobList, JobOut, ReopenIn
+from service.settings import ServiceSettings
 from service.views import job_out
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -23,17 +25,21 @@ def submit_job(body: JobIn, flow: FlowDep, settings: SettingsDep) -> JobOut:
         problem = body.problem.to_problem()
     except ProblemError as exc:
         raise InvalidInput(["body", "problem", exc.field], exc.message) from exc
+    return submit(flow, settings, problem, body)
+
+
+def submit(flow: Flow, settings: ServiceSettings, problem: GemmProblem, body: ReopenIn
+           ) -> JobOut:
+    """Submit a job for ``problem`` as ``body`` says (budget, policy, backends, GPU, seed);
+    shared by ``POST /v1/jobs`` and ``POST /v1/problems/{id}/reopen``."""
     budget = body.budget
-    max_trials = budget.max_trials if budget else settings.default_max_trials
-    state = flow.submit_job(problem, max_trials=max_trials,
+    policy = Policy.from_dict(body.policy.model_dump() if body.policy is not None else None)
+    state = flow.submit_job(problem,
+                            max_trials=budget.max_trials if budget
+                            else settings.default_max_trials,
                             max_seconds=budget.max_seconds if budget else None,
-                            backends=body.backends, gpu=body.gpu, seed=body.seed,
-                            policy=to_policy(body.policy))
+                            backends=body.backends, gpu=body.gpu, seed=body.seed, policy=policy)
     return job_out(state)
-
-
-def to_policy(body: PolicyIn | None) -> Policy:
-    return Policy.from_dict(body.model_dump() if body is not None else None)
 
 
 @router.get("", response_model=JobList)

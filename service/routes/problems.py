@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path
 
 from db import decisions, jobs, measurements
 from search.types import GemmProblem
-from service.deps import FlowDep, PagingDep, SessionDep, SettingsDep
+from service.deps import FlowDep, GpuQ, PagingDep, SessionDep, SettingsDep
 from service.errors import NotFound
-from service.routes.jobs import to_policy
+from service.routes.jobs import submit
 from service.schemas import (
     MAX_ID,
     DecisionList,
@@ -20,11 +20,10 @@ from service.schemas import (
     ReopenIn,
     TrialList,
 )
-from service.views import decision_out, job_out, problem_out, trial_out
+from service.views import decision_out, problem_out, trial_out
 
 router = APIRouter(prefix="/v1/problems", tags=["problems"])
 ProblemId = Annotated[int, Path(ge=1, le=MAX_ID)]
-GpuQ = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
 
 
 @router.get("", response_model=ProblemList)
@@ -83,10 +82,4 @@ def reopen(problem_id: ProblemId, flow: FlowDep, settings: SettingsDep,
         record = jobs.get_problem(s, problem_id)
     if record is None:
         raise NotFound(f"problem {problem_id} not found")
-    budget = body.budget
-    max_trials = budget.max_trials if budget else settings.default_max_trials
-    state = flow.submit_job(GemmProblem.from_dict(record.spec), max_trials=max_trials,
-                            max_seconds=budget.max_seconds if budget else None,
-                            backends=body.backends, gpu=body.gpu, seed=body.seed,
-                            policy=to_policy(body.policy))
-    return job_out(state)
+    return submit(flow, settings, GemmProblem.from_dict(record.spec), body)

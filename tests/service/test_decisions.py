@@ -108,6 +108,9 @@ def test_calibration_is_measured_once_then_reused_until_refreshed(client: TestCl
     driver.run_all(w)
     cals = client.get("/v1/calibrations").json()["items"]
     assert len(cals) == 1 and cals[0]["gpu"] == driver.GPU and cals[0]["bandwidth_gbs"] == 3000
+    assert client.get("/v1/calibrations", params={"gpu": driver.GPU}).json()["items"] == cals
+    assert client.get("/v1/calibrations", params={"gpu": "other"}).json()["items"] == []
+    assert client.get("/v1/calibrations", params={"gpu": "a\x01"}).status_code == 422
     driver.submit({"max_trials": 1}, problem=dict(driver.PROBLEM, m=256), policy=AGENT)
     assert [c["backend"] for c in driver.lease(w)["candidates"]] == ["cublas"]  # reused
     driver.run_all(w)
