@@ -35,7 +35,7 @@ from enum import StrEnum
 from typing import Any
 
 from search.roofline import Calibration, Roofline, roofline
-from search.types import GemmProblem, config_key
+from search.types import Backend, GemmProblem, config_key
 
 __all__ = [
     "CUTLASS_TIER", "Action", "Calibrate", "CutlassProgress", "Decide", "Decision", "Evidence",
@@ -47,7 +47,6 @@ __all__ = [
 #: The ``tier`` of the CUTLASS search's candidates. Library side: its trials count with the
 #: library (``Evidence.library``), never with the custom tiers.
 CUTLASS_TIER = "cutlass"
-_CUTLASS = "cutlass"  # the backend
 
 
 class Verdict(StrEnum):
@@ -258,7 +257,6 @@ class Pick:
 class Decision:
     verdict: Verdict
     rationale: str
-    chosen: str  # "library" | "custom"
     library: Pick | None
     custom: Pick | None
     roofline: Roofline | None
@@ -270,6 +268,11 @@ class Decision:
     #: every library candidate measured (backend, config, status, median): the first stage
     library_trials: tuple[Mapping[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
+
+    @property
+    def chosen(self) -> str:
+        """``"custom"`` when the custom kernel won, else ``"library"`` (it follows the verdict)."""
+        return "custom" if self.verdict == Verdict.CUSTOM_WINS else "library"
 
     def to_dict(self) -> dict[str, Any]:
         rf = self.roofline
@@ -322,12 +325,8 @@ class TierProgress:
                 "reason": self.reason}
 
 
-def _library_best(ev: Evidence) -> Trial | None:
-    ok = [t for t in ev.library if t.ok]
-    return min(ok, key=lambda t: (t.median_us, t.id)) if ok else None
-
-
-def _custom_best(trials: Sequence[Trial]) -> Trial | None:
+def _best(trials: Sequence[Trial]) -> Trial | None:
+    """The fastest correct trial (the earliest on a tie)."""
     ok = [t for t in trials if t.ok]
     return min(ok, key=lambda t: (t.median_us, t.id)) if ok else None
 
@@ -355,7 +354,7 @@ def tier_progress(ev: Evidence) -> list[TierProgress]:
     pol = ev.policy
     tiers = [t for t in ev.tiers if t.applicable]
     total_w = sum(t.weight for t in tiers) or 1.0
-    lib = _library_best(ev)
+    lib = _best(ev.library)
     out: list[TierProgress] = []
     created_before, cum_w = 0, 0.0
     running_best: float | None = None
@@ -369,7 +368,7 @@ def tier_progress(ev: Evidence) -> list[TierProgress]:
         else:
             budget = max(0, math.ceil(ev.max_trials * cum_w / total_w - 1e-9) - created_before)
         done = [t for t in trials if t.done]
-        best = _custom_best(trials)
+        best = _best(trials)
         ended, reason = False, ""
         before = running_best  # the custom best of the earlier tiers
         # patience: trials since the last > min_gain improvement of the custom best so far
@@ -440,16 +439,16 @@ def cutlass_progress(ev: Evidence) -> CutlassProgress | None:
     when it stalls (no > ``min_gain`` gain on the library best in ``patience`` trials; not
     under ``full_search``), or when time is up."""
     pol = ev.policy
-    if pol.cutlass_trials <= 0 or not any(b == _CUTLASS for b, _ in ev.library_configs):
+    if pol.cutlass_trials <= 0 or not any(b == Backend.CUTLASS for b, _ in ev.library_configs):
         return None
     trials = sorted((t for t in ev.trials if t.tier == CUTLASS_TIER), key=lambda t: t.id)
     done = [t for t in trials if t.done]
     compile_s = sum(t.compile_s for t in done)
-    first = _custom_best([t for t in ev.trials if t.tier is None])
+    first = _best([t for t in ev.trials if t.tier is None])
     _, since = _stall(done, first.median_us if first is not None else None, pol.min_gain)
     budget = pol.cutlass_trials
     ended, reason = False, ""
-    seeds = _custom_best([t for t in ev.trials if t.tier is None and t.backend == _CUTLASS])
+    seeds = _best([t for t in ev.trials if t.tier is None and t.backend == Backend.CUTLASS])
     if (not trials and not pol.full_search and seeds is not None and first is not None
             and seeds.median_us / (1 + CUTLASS_SEARCH_MAX_GAIN) >= first.median_us):
         ended, reason = True, (
@@ -470,7 +469,7 @@ def cutlass_progress(ev: Evidence) -> CutlassProgress | None:
     room: int | None = budget - len(trials)
     if not pol.full_search:
         room = min(budget - len(trials), pol.patience - since - (len(trials) - len(done)))
-    best = _custom_best(trials)
+    best = _best(trials)
     return CutlassProgress(CUTLASS_TIER, budget, len(trials), len(done),
                            best.median_us if best else None, ended, reason, room, compile_s,
                            pol.cutlass_compile_s)
@@ -498,15 +497,15 @@ def plan(ev: Evidence) -> Plan:
         return Plan(Stage.LIBRARY, (*actions, Wait("waiting for the library and calibration")))
 
     rf = roofline(ev.problem, ev.calibration, pol.allow_tf32)
-    lib = _library_best(ev)
+    lib = _best(ev.library)
     lib_eff = rf.efficiency(lib.median_us) if (rf and lib) else None
+    cut = cutlass_progress(ev)
     if not skip_verdict1 and lib is not None and lib_eff is not None \
             and lib_eff >= pol.threshold:
         return Plan(Stage.DECIDED, (Decide(_with_notes(
-            ev, _decide_library_sufficient(ev, rf, lib, lib_eff))),))
+            ev, cut, _decide_library_sufficient(ev, rf, lib, lib_eff))),))
     # The CUTLASS search: library side, so before any custom tier, and it raises the library
     # best the custom kernels must beat (and verdict 1 above is asked again on each result).
-    cut = cutlass_progress(ev)
     if cut is not None:
         if cut.ended and any(not t.done for t in ev.library if t.tier == CUTLASS_TIER):
             actions.append(StopTier(CUTLASS_TIER, cut.reason))
@@ -524,7 +523,7 @@ def plan(ev: Evidence) -> Plan:
         if lib_pending:
             return Plan(Stage.LIBRARY, (*actions, Wait("waiting for the library")))
         return Plan(Stage.DECIDED, (Decide(_with_notes(
-            ev, _decide_no_custom(ev, rf, lib, lib_eff))),))
+            ev, cut, _decide_no_custom(ev, rf, lib, lib_eff))),))
 
     # custom stage
     progress = tier_progress(ev)
@@ -545,7 +544,7 @@ def plan(ev: Evidence) -> Plan:
         return Plan(Stage.CUSTOM, (*actions, Wait("waiting for custom trials")))
 
     # verification
-    cus = _custom_best(ev.custom)
+    cus = _best(ev.custom)
     if cus is not None and lib is not None and not ev.time_up \
             and cus.median_us < lib.median_us * (1 + pol.verify_margin):
         v = ev.verification
@@ -554,7 +553,7 @@ def plan(ev: Evidence) -> Plan:
         if v.status is None:
             return Plan(Stage.VERIFY, (*actions, Wait("waiting for the verification")))
     return Plan(Stage.DECIDED, (Decide(_with_notes(
-        ev, _decide_after_search(ev, rf, lib, cus, progress))),))
+        ev, cut, _decide_after_search(ev, rf, lib, cus, progress))),))
 
 
 # -- decisions -------------------------------------------------------------------------------
@@ -599,12 +598,11 @@ def _library_trials(ev: Evidence) -> tuple[dict[str, Any], ...]:
                  for t in sorted(ev.library, key=lambda t: t.id))
 
 
-def _with_notes(ev: Evidence, d: Decision) -> Decision:
-    """``d`` with the library trials listed, the CUTLASS search (when it ran) first among the
-    searches, and the evidence's notes added to its rationale."""
+def _with_notes(ev: Evidence, cut: CutlassProgress | None, d: Decision) -> Decision:
+    """``d`` with the library trials listed, the CUTLASS search (``cut``: its progress, when it
+    ran) first among the searches, and the evidence's notes added to its rationale."""
     notes = tuple(ev.library_notes)
     why, tiers = d.rationale, d.tiers
-    cut = cutlass_progress(ev)
     if cut is not None and cut.created:
         best = f"best {cut.best_us:.1f} us" if cut.best_us is not None else "none ran correctly"
         why += (f" CUTLASS search (library side): {cut.created} trials, {best}, "
@@ -632,8 +630,8 @@ def _decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial,
     why = (f"{_describe_roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us, "
            f"{eff:.0%} of the attainable, at or above the {ev.policy.threshold:.0%} threshold: "
            "the library is sufficient and no custom kernel was tried.")
-    return Decision(Verdict.LIBRARY_SUFFICIENT, why, "library", _pick(lib, rf), None, rf, 1.0,
-                    False, _spend(ev), (), ev.policy.to_dict())
+    return Decision(Verdict.LIBRARY_SUFFICIENT, why, _pick(lib, rf), None, rf, 1.0, False,
+                    _spend(ev), (), ev.policy.to_dict())
 
 
 def _decide_no_custom(ev: Evidence, rf: Roofline | None, lib: Trial | None,
@@ -653,9 +651,8 @@ def _decide_no_custom(ev: Evidence, rf: Roofline | None, lib: Trial | None,
         eff_text = f"{eff:.0%} of the attainable" if eff is not None else "efficiency unknown"
         why = (f"{_describe_roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us "
                f"({eff_text}); {no_custom}, so the library stands.")
-    return Decision(Verdict.LIBRARY_SUFFICIENT, why, "library",
-                    _pick(lib, rf) if lib else None, None, rf, 1.0 if lib else None, False,
-                    _spend(ev), skipped, ev.policy.to_dict())
+    return Decision(Verdict.LIBRARY_SUFFICIENT, why, _pick(lib, rf) if lib else None, None, rf,
+                    1.0 if lib else None, False, _spend(ev), skipped, ev.policy.to_dict())
 
 
 def _decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,
@@ -686,10 +683,9 @@ def _decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,
     if cus is None:
         verdict = Verdict.LIBRARY_WINS_AFTER_SEARCH
         why.append(f"No custom kernel ran correctly in {n_custom} trials.")
-        chosen = "library"
         lib_pick, cus_pick = (_pick(lib, rf) if lib else None), None
     elif lib is None:
-        verdict, chosen = Verdict.CUSTOM_WINS, "custom"
+        verdict = Verdict.CUSTOM_WINS
         why.append(f"The custom kernel ({cus.median_us:.1f} us) is the only correct one.")
         lib_pick, cus_pick = None, _pick(cus, rf)
     elif v is not None and v.status == "ok" and (v.library_id, v.custom_id) == (lib.id, cus.id) \
@@ -701,12 +697,12 @@ def _decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,
         lib_pick, cus_pick = _pick(lib, rf, lm, ls), _pick(cus, rf, cm, cs)
         rounds = len(v.library_us)
         if lm - cm > spread:
-            verdict, chosen = Verdict.CUSTOM_WINS, "custom"
+            verdict = Verdict.CUSTOM_WINS
             why.append(f"Interleaved over {rounds} rounds the custom kernel took {cm:.2f} us vs "
                        f"the library's {lm:.2f} us: {lm / cm:.3f}x, a gap of "
                        f"{lm - cm:.2f} us over the measured spread of {spread:.2f} us.")
         else:
-            verdict, chosen = Verdict.LIBRARY_WINS_AFTER_SEARCH, "library"
+            verdict = Verdict.LIBRARY_WINS_AFTER_SEARCH
             if cm < lm:
                 why.append(f"Interleaved over {rounds} rounds the custom kernel took {cm:.2f} us "
                            f"vs the library's {lm:.2f} us, within the measured spread of "
@@ -720,28 +716,29 @@ def _decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,
         if v is not None and v.status not in (None, "ok"):
             why.append(f"The verification failed ({v.status}: {v.error or 'no detail'}); "
                        "the library is kept.")
-            verdict, chosen = Verdict.LIBRARY_WINS_AFTER_SEARCH, "library"
+            verdict = Verdict.LIBRARY_WINS_AFTER_SEARCH
         elif cus.median_us >= lib.median_us * (1 + pol.verify_margin):
-            verdict, chosen = Verdict.LIBRARY_WINS_AFTER_SEARCH, "library"
+            verdict = Verdict.LIBRARY_WINS_AFTER_SEARCH
             why.append(f"The best custom kernel took {cus.median_us:.1f} us vs the library's "
                        f"{lib.median_us:.1f} us ({cus.median_us / lib.median_us:.2f}x slower); "
                        "too far behind to be worth re-measuring.")
         elif lib.median_us - cus.median_us > spread:
-            verdict, chosen = Verdict.CUSTOM_WINS, "custom"
+            verdict = Verdict.CUSTOM_WINS
             why.append(f"Not re-measured (time budget spent); on the search medians the custom "
                        f"kernel took {cus.median_us:.1f} us vs {lib.median_us:.1f} us, beyond "
                        f"the p20-p80 spread of {spread:.2f} us.")
         else:
-            verdict, chosen = Verdict.LIBRARY_WINS_AFTER_SEARCH, "library"
+            verdict = Verdict.LIBRARY_WINS_AFTER_SEARCH
             why.append(f"Not re-measured (time budget spent); the custom kernel's "
                        f"{cus.median_us:.1f} us vs {lib.median_us:.1f} us is within the spread "
                        "of the measurements: a tie goes to the library.")
     speedup = None
     if lib_pick is not None:
-        chosen_us = cus_pick.median_us if chosen == "custom" and cus_pick else lib_pick.median_us
+        chosen_us = (cus_pick.median_us if verdict == Verdict.CUSTOM_WINS and cus_pick
+                     else lib_pick.median_us)
         speedup = lib_pick.median_us / chosen_us
-    return Decision(verdict, " ".join(why), chosen, lib_pick, cus_pick, rf, speedup, verified,
-                    spend, tiers, pol.to_dict())
+    return Decision(verdict, " ".join(why), lib_pick, cus_pick, rf, speedup, verified, spend,
+                    tiers, pol.to_dict())
 
 
 def _range(xs: Sequence[float]) -> float:

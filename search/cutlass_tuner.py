@@ -38,7 +38,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from search.optimizer import PENALTY_US, Proposal, StudyTuner
+from search.optimizer import Proposal, StudyTuner
 from search.spaces import cutlass_gemm
 from search.spaces.cutlass_gemm import OpLike
 from search.types import GemmProblem, Measurement, config_key
@@ -59,7 +59,6 @@ DIMS = ("tile", "cluster", "kernel_schedule", "epilogue_schedule", "tile_schedul
 #: only knobs are sampled, and a non-persistent operation has a single setting.
 _TPE_TRIES = 4
 _TPE_TRIES_KNOBS = 2
-_VIOLATION = "constraints:violation"
 
 
 @dataclass(frozen=True)
@@ -127,8 +126,10 @@ class CutlassTuner(StudyTuner):
         self._ops = {op.name: op for op in _widest(ops)}
         self._by_dims = {_dims_key(op_dims(op)): op for op in self._ops.values()}
         gpu = cutlass_gemm.heuristics_gpu(gpu_model)
+        ranking = cutlass_gemm.rank(problem, self._ops.values(), gpu)
         #: operations fastest first by estimate: the enqueue order when TPE keeps missing
-        self._ranked = [r.op for r in cutlass_gemm.rank(problem, self._ops.values(), gpu)]
+        self._ranked = [r.op for r in ranking]
+        self._rank = {name: i for i, name in enumerate(self._ranked)}
         self._configs = {name: cutlass_gemm.configs(problem, op)
                          for name, op in self._ops.items()}
         self._dists: dict[str, CategoricalDistribution] = {
@@ -141,7 +142,8 @@ class CutlassTuner(StudyTuner):
         super().__init__(storage_url, cutlass_study_name(problem, gpu_model,
                                                          list(self._ops.values())), seed)
         if self.fresh:
-            for cfg in cutlass_gemm.seeds(problem, self._ops.values(), n_seeds, gpu):
+            for cfg in cutlass_gemm.seeds(problem, self._ops.values(), n_seeds, gpu,
+                                          ranked=ranking):
                 self._study.enqueue_trial(self.params_of(cfg), skip_if_exists=True)
 
     # -- the space ----------------------------------------------------------------------------
@@ -169,9 +171,14 @@ class CutlassTuner(StudyTuner):
     def compile_estimate_s(self) -> float:
         """What compiling one more operation is expected to take: the mean of the real
         compiles this study has been told of, else :data:`DEFAULT_COMPILE_S`."""
-        seen = [float(t.user_attrs["compile_s"]) for t in self._study.get_trials(
-                    deepcopy=False, states=(TrialState.COMPLETE,))
-                if float(t.user_attrs.get("compile_s") or 0.0) >= _COLD_S]
+        return self._compile_estimate(self._study.get_trials(deepcopy=False,
+                                                             states=(TrialState.COMPLETE,)))
+
+    @staticmethod
+    def _compile_estimate(trials: Sequence[optuna.trial.FrozenTrial]) -> float:
+        seen = [float(t.user_attrs["compile_s"]) for t in trials
+                if t.state == TrialState.COMPLETE
+                and float(t.user_attrs.get("compile_s") or 0.0) >= _COLD_S]
         return sum(seen) / len(seen) if seen else DEFAULT_COMPILE_S
 
     # -- proposing ----------------------------------------------------------------------------
@@ -196,7 +203,7 @@ class CutlassTuner(StudyTuner):
                   and t.user_attrs.get("status") == "compile_error"}
         # an operation whose compile is under way is charged once, then its knobs are free
         built = set(budget.built) | set(budget.pending)
-        estimate = self.compile_estimate_s()
+        estimate = self._compile_estimate(trials)  # one read of the study per call
         left = budget.left_s - estimate * len(budget.pending - budget.built)
         best_of = self._best_per_op(trials)
         out: list[Proposal] = []
@@ -283,11 +290,6 @@ class CutlassTuner(StudyTuner):
         trial.set_user_attr("cold", cold)
         return Proposal(trial.number, cfg), cold
 
-    def _infeasible(self, trial: optuna.Trial, why: str) -> None:
-        trial.set_constraint("violation", 1.0)
-        trial.set_user_attr("invalid", why)
-        self._study.tell(trial, PENALTY_US)
-
     def _focus(self, allowed: set[str], tried: set[str], best_of: dict[str, float]
                ) -> str | None:
         """The built operation whose knobs to tune next: the best-measured one that has an
@@ -311,21 +313,13 @@ class CutlassTuner(StudyTuner):
         compile (``allowed`` is set), knob settings of the built operations, best first."""
         if allowed is not None:
             return self._first_untried(self._order(allowed, best_of), tried, broken)
-        incumbent = min(best_of, key=best_of.__getitem__) if best_of else None
-        if incumbent is not None and len(tried) % 3 == 2:
-            cfg = self._first_untried([incumbent], tried, broken)
+        if best_of and len(tried) % 3 == 2:
+            cfg = self._first_untried([min(best_of, key=best_of.__getitem__)], tried, broken)
             if cfg is not None:
                 return cfg
-        rank = {name: i for i, name in enumerate(self._ranked)}
-        fresh = [n for n in self._ranked
-                 if self._configs[n] and n not in broken and n not in best_of
-                 and config_key(self._configs[n][0]) not in tried]
-        if incumbent is not None:
-            home = op_dims(self._ops[incumbent])
-            fresh.sort(key=lambda n: (sum(a != home[d] for d, a in op_dims(self._ops[n]).items()),
-                                      rank[n]))
-        if fresh:
-            return self._configs[fresh[0]][0]
+        nearest = self._nearest_fresh(tried, broken, best_of)
+        if nearest is not None:
+            return nearest[1]
         return self._first_untried(self._order(set(best_of), best_of) + self._ranked, tried,
                                    broken)
 
@@ -333,18 +327,27 @@ class CutlassTuner(StudyTuner):
                    ) -> dict[str, Any] | None:
         """The default configuration of the best-ranked untried operation that differs from
         the incumbent (the best-measured operation) in exactly one factor, if any."""
-        if not best_of:
-            return None
-        incumbent = min(best_of, key=best_of.__getitem__)
-        home = op_dims(self._ops[incumbent])
-        for name in self._ranked:
-            if name in broken or name in best_of or not self._configs[name]:
-                continue
+        nearest = self._nearest_fresh(tried, broken, best_of) if best_of else None
+        return nearest[1] if nearest is not None and nearest[0] == 1 else None
+
+    def _nearest_fresh(self, tried: set[str], broken: set[str], best_of: dict[str, float]
+                       ) -> tuple[int, dict[str, Any]] | None:
+        """The operation never measured nearest the incumbent (fewest factors differing from
+        the best-measured operation, then rank; by rank alone before anything was measured):
+        how many factors differ, and its default configuration, still untried."""
+        home = op_dims(self._ops[min(best_of, key=best_of.__getitem__)]) if best_of else None
+
+        def distance(name: str) -> int:
             dims = op_dims(self._ops[name])
-            if sum(dims[d] != home[d] for d in DIMS) == 1 \
-                    and config_key(self._configs[name][0]) not in tried:
-                return self._configs[name][0]
-        return None
+            return 0 if home is None else sum(dims[d] != home[d] for d in DIMS)
+
+        fresh = [(distance(n), self._rank[n], n) for n in self._ranked
+                 if self._configs[n] and n not in broken and n not in best_of
+                 and config_key(self._configs[n][0]) not in tried]
+        if not fresh:
+            return None
+        distance, _, name = min(fresh)
+        return distance, self._configs[name][0]
 
     def _first_untried(self, names: Sequence[str], tried: set[str], broken: set[str]
                        ) -> dict[str, Any] | None:
@@ -357,16 +360,13 @@ class CutlassTuner(StudyTuner):
         return None
 
     def _order(self, names: set[str], best_of: dict[str, float]) -> list[str]:
-        rank = {name: i for i, name in enumerate(self._ranked)}
         return sorted((x for x in names if x in self._ops),
-                      key=lambda x: (best_of.get(x, math.inf), rank.get(x, len(rank))))
+                      key=lambda x: (best_of.get(x, math.inf), self._rank.get(x, len(self._rank))))
 
-    @staticmethod
-    def _best_per_op(trials: Sequence[optuna.trial.FrozenTrial]) -> dict[str, float]:
+    def _best_per_op(self, trials: Sequence[optuna.trial.FrozenTrial]) -> dict[str, float]:
         out: dict[str, float] = {}
         for t in trials:
             cfg = t.user_attrs.get("config")
-            if (t.state == TrialState.COMPLETE and cfg and t.value is not None
-                    and not t.system_attrs.get(_VIOLATION)):
+            if cfg and self._feasible(t):
                 out[cfg["op"]] = min(out.get(cfg["op"], math.inf), float(t.value))
         return out

@@ -117,11 +117,23 @@ class StudyTuner:
     def best(self) -> tuple[dict[str, Any], float] | None:
         feasible = [t for t in self._study.get_trials(deepcopy=False,
                                                       states=(TrialState.COMPLETE,))
-                    if not t.system_attrs.get(_VIOLATION) and t.value is not None]
+                    if self._feasible(t)]
         if not feasible:
             return None
         top = min(feasible, key=lambda t: t.value)
         return self._config_of(top), float(top.value)
+
+    @staticmethod
+    def _feasible(trial: optuna.trial.FrozenTrial) -> bool:
+        """Whether a trial holds a real measurement: complete, with a value, not infeasible."""
+        return (trial.state == TrialState.COMPLETE and trial.value is not None
+                and not trial.system_attrs.get(_VIOLATION))
+
+    def _infeasible(self, trial: optuna.Trial, why: str) -> None:
+        """Tell the study at once that a configuration breaks a rule (``why``)."""
+        trial.set_constraint("violation", 1.0)
+        trial.set_user_attr("invalid", why)
+        self._study.tell(trial, PENALTY_US)
 
     def _config_of(self, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
         """The configuration a trial stands for (its parameters, unless a subclass maps
@@ -188,9 +200,7 @@ class GemmTuner(StudyTuner):
             key = config_key(config)
             reasons = violations(self.problem, config, self.limits)
             if reasons:
-                trial.set_constraint("violation", 1.0)
-                trial.set_user_attr("invalid", "; ".join(reasons))
-                self._study.tell(trial, PENALTY_US)
+                self._infeasible(trial, "; ".join(reasons))
                 misses += 1
                 continue
             if key in in_flight:

@@ -374,13 +374,17 @@ def diverse(ranked: Sequence[Ranked], ops: Iterable[OpLike], per_group: int = 2
 
 
 def seeds(problem: GemmProblem, ops: Iterable[OpLike], n: int = 8,
-          gpu: str | None = "H100_SXM", per_group: int = 2) -> list[dict[str, Any]]:
+          gpu: str | None = "H100_SXM", per_group: int = 2,
+          ranked: Sequence[Ranked] | None = None) -> list[dict[str, Any]]:
     """The first batch to compile: the ``n`` best-ranked ops (at most ``per_group`` per tile and
-    cluster, see ``diverse``) whose default config is feasible, with default knobs."""
+    cluster, see ``diverse``) whose default config is feasible, with default knobs. ``ranked``:
+    ``rank(problem, ops, gpu)`` where the caller has it already (the estimates are not free)."""
     ops = list(ops)
     by_name = {op.name: op for op in ops}
     out = []
-    for r in diverse(rank(problem, ops, gpu), ops, per_group):
+    if ranked is None:
+        ranked = rank(problem, ops, gpu)
+    for r in diverse(ranked, ops, per_group):
         cfg = default_config(by_name[r.op])
         if not violations(problem, cfg, by_name):
             out.append(cfg)

@@ -205,6 +205,14 @@ def test_without_calibration_the_agent_searches_and_says_why() -> None:
                   trials=(Trial(1, "cublas", {}, None, "ok", 18.7, 18.6, 18.8),), max_trials=4)
     p = plan(ev)
     assert isinstance(p.actions[-1], Search)
+    # ... and, once the search is over, the decision says there was no roofline to judge by
+    done = replace(ev, trials=(*ev.trials,
+                               Trial(2, "triton", {"x": 1}, "tiles", "ok", 18.0, 17.9, 18.1)),
+                   exhausted_tiers=frozenset({"tiles"}), verification=Verification(
+                       1, 2, "ok", (18.7,) * 5, (18.0,) * 5))
+    d = plan(done).actions[-1]
+    assert isinstance(d, Decide) and d.decision.roofline is None
+    assert "no roofline" in d.decision.rationale and d.decision.library.efficiency is None
 
 
 # -- tiers and budgets -------------------------------------------------------------------------

@@ -126,6 +126,26 @@ def test_pending_compiles_are_charged_and_measured_compiles_set_the_estimate(
     assert len({p.config["op"] for p in more} - built - pending) == 1
 
 
+def test_propose_reads_the_study_once(url: str, ops: list[Any]) -> None:
+    """Every trial of the study is read once per call (the compile estimate included), not
+    once per question asked of it."""
+    tuner = CutlassTuner(url, PROBLEM, GPU, ops)
+    for p in tuner.propose(3, lambda c: None):
+        tuner.record(p.trial_number, Measurement(Status.OK, median_us=fake_us(p.config),
+                                                 compile_s=30.0))
+    reads = 0
+    get_trials = tuner.study.get_trials
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return get_trials(*args, **kwargs)
+
+    tuner.study.get_trials = counted  # type: ignore[method-assign]
+    assert len(tuner.propose(4, lambda c: None, CompileBudget(left_s=100.0))) == 4
+    assert reads == 1
+
+
 def test_without_compile_budget_only_built_operations_and_then_exhausted(
         url: str, ops: list[Any]) -> None:
     tuner = CutlassTuner(url, PROBLEM, GPU, ops)
