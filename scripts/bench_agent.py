@@ -133,7 +133,8 @@ def main() -> None:
             "efficiency_library": da.get("efficiency_library"), "bound": da.get("bound"),
             "agent_rationale": da.get("rationale"), "full_rationale": df.get("rationale"),
             "agent_status": a.get("status"), "full_status": f.get("status"),
-            "agent_vs_cublas": vs_cublas(da), "full_vs_cublas": vs_cublas(df),
+            "agent_vs_cublas": da.get("speedup_vs_cublas"),
+            "full_vs_cublas": df.get("speedup_vs_cublas"),
         })
         ratio = row["agent_gpu_s"] / row["full_gpu_s"] if row["full_gpu_s"] else None
         row["gpu_ratio"] = ratio
@@ -159,17 +160,6 @@ def main() -> None:
         (out / "h100_calibration.json").write_text(json.dumps(calibration, indent=1))
     (out / "agent_bench.md").write_text(render(meta, rows))
     print(render(meta, rows))
-
-
-def vs_cublas(d: dict[str, Any]) -> float | None:
-    """cuBLAS's time over the chosen kernel's: the decision's speed-up is over the library's
-    best, which may be a CUTLASS config."""
-    cublas = [t.get("median_us") for t in d.get("library_trials") or []
-              if t.get("backend") == "cublas" and t.get("status") == "ok" and t.get("median_us")]
-    pick = d.get("library") if d.get("chosen") == "library" else d.get("custom")
-    if not cublas or not pick or not pick.get("median_us"):
-        return None
-    return min(cublas) / pick["median_us"]
 
 
 def _f(v: Any, fmt: str = "{:.2f}") -> str:

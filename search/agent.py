@@ -274,6 +274,23 @@ class Decision:
         """``"custom"`` when the custom kernel won, else ``"library"`` (it follows the verdict)."""
         return "custom" if self.verdict == Verdict.CUSTOM_WINS else "library"
 
+    @property
+    def speedup_vs_cublas(self) -> float | None:
+        """cuBLAS's time over the chosen kernel's (the library pick may be a CUTLASS op).
+
+        Each ratio is taken within one measurement set: the decision's ``speedup`` (over the
+        library pick; interleaved when verified) times cuBLAS's first-stage time over the
+        library pick's first-stage or search time. Dividing cuBLAS's first-stage time by a
+        verified, interleaved time would mix two runs of a throttling GPU."""
+        cublas = [t["median_us"] for t in self.library_trials
+                  if t.get("backend") == Backend.CUBLAS.value and t.get("status") == "ok"
+                  and t.get("median_us")]
+        if not cublas or self.library is None or self.speedup is None:
+            return None
+        staged = {t.get("candidate_id"): t.get("median_us") for t in self.library_trials}
+        lib_us = staged.get(self.library.candidate_id)
+        return min(cublas) / lib_us * self.speedup if lib_us else None
+
     def to_dict(self) -> dict[str, Any]:
         rf = self.roofline
         return {
@@ -283,7 +300,8 @@ class Decision:
             "bound": rf.bound if rf else None,
             "attainable_us": rf.attainable_us if rf else None,
             "roofline": rf.to_dict() if rf else None,
-            "speedup": self.speedup, "verified": self.verified,
+            "speedup": self.speedup, "speedup_vs_cublas": self.speedup_vs_cublas,
+            "verified": self.verified,
             "spend": {k: dict(v) for k, v in self.spend.items()},
             "tiers": [dict(t) for t in self.tiers], "policy": dict(self.policy),
             "library_trials": [dict(t) for t in self.library_trials],

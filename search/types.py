@@ -117,6 +117,21 @@ class GemmProblem:
         return (f"gemm:b{self.batch}:m{self.m}:n{self.n}:k{self.k}:{self.dtype}:"
                 f"{self.out_dtype}:{self.acc_dtype}:{self.layout_a[0]}{self.layout_b[0]}")
 
+    @classmethod
+    def from_key(cls, key: str) -> GemmProblem:
+        """The problem whose :meth:`key` is ``key`` (recorded measurements are keyed so)."""
+        parts = key.split(":")
+        if len(parts) != 9 or parts[0] != "gemm" or len(parts[8]) != 2:
+            raise ProblemError("key", f"not a GEMM problem key: {key!r}")
+        try:
+            dims = {p[0]: int(p[1:]) for p in parts[1:5]}
+            layouts = {"r": "row", "c": "col"}
+            return cls(m=dims["m"], n=dims["n"], k=dims["k"], batch=dims["b"], dtype=parts[5],
+                       out_dtype=parts[6], acc_dtype=parts[7], layout_a=layouts[parts[8][0]],
+                       layout_b=layouts[parts[8][1]])
+        except (KeyError, ValueError) as exc:
+            raise ProblemError("key", f"not a GEMM problem key: {key!r}") from exc
+
     def describe(self) -> str:
         batch = f"{self.batch}x" if self.batch > 1 else ""
         return f"{batch}{self.m}x{self.n}x{self.k} {self.dtype}"

@@ -140,15 +140,10 @@ def _print_result(result: Any) -> None:
                   f"{'verified interleaved' if decision.get('verified') else 'not re-measured'})")
         out.print(f"why: {decision['rationale']}")
         out.print(f"spent: {gpu_s}")
-        cublas = [t["median_us"] for t in decision.get("library_trials") or []
-                  if t.get("backend") == "cublas" and t.get("status") == "ok"
-                  and t.get("median_us")]
-        pick = decision.get("library") if decision.get("chosen") == "library" \
-            else decision.get("custom")
-        if cublas and pick and pick.get("median_us") and (pick.get("backend") != "cublas"):
-            out.print(f"speed-up over cuBLAS: {min(cublas) / pick['median_us']:.3f}x "
-                      f"({pick['backend']} {pick['median_us']:.1f} µs vs cuBLAS "
-                      f"{min(cublas):.1f} µs, first-stage/search medians)")
+        vs = decision.get("speedup_vs_cublas")
+        pick = decision.get(decision.get("chosen") or "library") or {}
+        if vs is not None and pick.get("backend") != "cublas":
+            out.print(f"speed-up over cuBLAS: {vs:.3f}x ({pick.get('backend')})")
     elif lib and best:
         out.print(f"speed-up over cuBLAS: {lib['median_us'] / best['median_us']:.3f}x")
     progress = job.get("progress") or {}

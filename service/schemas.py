@@ -214,6 +214,8 @@ class DecisionOut(BaseModel):
     config: dict[str, Any] | None
     median_us: float | None
     speedup: float | None = Field(description="library time / chosen time")
+    speedup_vs_cublas: float | None = Field(
+        None, description="cuBLAS time / chosen time (the library pick may be CUTLASS)")
     bound: str | None
     attainable_us: float | None
     efficiency_library: float | None

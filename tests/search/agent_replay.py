@@ -46,9 +46,7 @@ H100_REPLAY_CALIBRATION = Calibration(
 
 
 def problem_of(key: str) -> GemmProblem:
-    parts = key.split(":")
-    dims = {p[0]: int(p[1:]) for p in parts[1:5]}
-    return GemmProblem(m=dims["m"], n=dims["n"], k=dims["k"], batch=dims["b"], dtype=parts[5])
+    return GemmProblem.from_key(key)
 
 
 def recorded() -> dict[str, list[dict[str, Any]]]:

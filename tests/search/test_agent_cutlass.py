@@ -79,6 +79,10 @@ def test_the_cutlass_search_runs_before_triton_and_its_best_can_end_the_job() ->
     assert d.tiers[0]["tier"] == CUTLASS_TIER and d.tiers[0]["side"] == "library"
     searched = [t for t in d.library_trials if t["search"]]
     assert searched and all(t["backend"] == "cutlass" for t in searched)
+    # over cuBLAS (2.0x the attainable in this fake): its time over the CUTLASS pick's
+    assert d.speedup == 1.0
+    assert d.speedup_vs_cublas == pytest.approx(2.0 * 0.98)
+    assert d.to_dict()["speedup_vs_cublas"] == d.speedup_vs_cublas
 
 
 def test_triton_must_beat_the_cutlass_best_which_is_the_library_in_verdict_two() -> None:
@@ -98,6 +102,9 @@ def test_triton_must_beat_the_cutlass_best_which_is_the_library_in_verdict_two()
     assert d.tiers[0]["reason"].startswith("stalled")  # 8 trials without a gain
     # the recorded Triton kernels beat 1.3x the attainable: custom wins against CUTLASS
     assert d.verdict == Verdict.CUSTOM_WINS and d.verified
+    # over cuBLAS: cuBLAS over CUTLASS in the search (2.0 / 1.3) times the verified speed-up
+    # over CUTLASS (interleaved), never cuBLAS's search time over the verified custom time
+    assert d.speedup_vs_cublas == pytest.approx(2.0 / 1.3 * d.speedup)
 
 
 def test_full_search_spends_the_cutlass_trial_budget_and_zero_trials_disables_it() -> None:

@@ -78,3 +78,13 @@ def test_problem_key_is_canonical() -> None:
     assert a.key() == b.key()
     assert a.key() != GemmProblem(64, 48, 80, layout_b="col").key()
     assert GemmProblem(4096, 4096, 4096).flops == 2 * 4096**3
+
+
+def test_problem_from_key_inverts_key() -> None:
+    for p in (GemmProblem(64, 48, 80), GemmProblem(16, 32, 64, batch=3, dtype="fp16",
+                                                   out_dtype="fp32", layout_a="col"),
+              GemmProblem(4096, 4096, 4096, dtype="fp8_e4m3", layout_b="col")):
+        assert GemmProblem.from_key(p.key()) == p
+    with pytest.raises(ProblemError) as info:
+        GemmProblem.from_key("gemm:b1:m4:n4:bf16")
+    assert info.value.field == "key"

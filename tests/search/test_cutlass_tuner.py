@@ -181,13 +181,6 @@ def test_the_study_name_follows_the_operation_set(ops: list[Any]) -> None:
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "h100_cutlass_trials.json"
 
 
-def _recorded_problem(key: str) -> GemmProblem:
-    parts = key.split(":")
-    dims = {p[0]: int(p[1:]) for p in parts[1:5]}
-    return GemmProblem(m=dims["m"], n=dims["n"], k=dims["k"], batch=dims["b"], dtype=parts[5],
-                       layout_b="col" if parts[8][1] == "c" else "row")
-
-
 def _replay_search(url: str, key: str, budget: int) -> tuple[float, float, int | None]:
     """Run the search against what the H100 measured for ``key`` (``h100_cutlass_trials.json``:
     36 ops at default knobs plus knob sweeps and an earlier search). A configuration the
@@ -199,7 +192,7 @@ def _replay_search(url: str, key: str, budget: int) -> tuple[float, float, int |
 
     data = {p["problem_key"]: p for p in json.loads(RECORDED.read_text())["problems"]}[key]
     rec = {(t["op"], t["raster"], t["swizzle"], t["splits"]): t for t in data["trials"]}
-    problem = _recorded_problem(key)
+    problem = GemmProblem.from_key(key)
     names = {t["op"] for t in data["trials"]}
     tuner = CutlassTuner(url, problem, "NVIDIA H100 80GB HBM3",
                          [o for o in ops_for(problem) if o.name in names])
@@ -255,7 +248,7 @@ def test_after_the_first_stage_the_search_reaches_the_h100_winner_within_the_pat
     key = "gemm:b1:m32768:n512:k512:bf16:bf16:fp32:rr"
     data = {p["problem_key"]: p for p in json.loads(RECORDED.read_text())["problems"]}[key]
     rec = {(t["op"], t["raster"], t["swizzle"], t["splits"]): t for t in data["trials"]}
-    problem = _recorded_problem(key)
+    problem = GemmProblem.from_key(key)
     names = {t["op"] for t in data["trials"]}
     ops = [o for o in ops_for(problem) if o.name in names]
 
