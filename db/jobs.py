@@ -57,7 +57,7 @@ def create_job(session: Session, problem: ProblemRecord, *, max_trials: int | No
                seed: int, now: datetime, policy: dict[str, Any] | None = None) -> JobRecord:
     row = JobRow(problem_id=problem.id, status=JobStatus.QUEUED.value, max_trials=max_trials,
                  max_seconds=max_seconds, backends=list(backends), target_gpu=target_gpu,
-                 bound_gpu=None, bound_backends=None, search_exhausted=False, seed=seed,
+                 bound_gpu=None, bound_backends=None, seed=seed,
                  created_at=now, policy=dict(policy or {}), stage=None, exhausted_tiers=[])
     session.add(row)
     session.flush()
@@ -112,7 +112,6 @@ def mark_exhausted(session: Session, job_id: int, tier: str) -> None:
     row = session.get(JobRow, job_id)
     if row is not None and tier not in (row.exhausted_tiers or []):
         row.exhausted_tiers = [*(row.exhausted_tiers or []), tier]
-        row.search_exhausted = True
         session.flush()
 
 

@@ -89,7 +89,6 @@ class JobRow(Base):
     bound_gpu: Mapped[str | None] = mapped_column(String(200))
     #: ``backends`` intersected with what the first leasing device supports.
     bound_backends: Mapped[list[str] | None] = mapped_column(JSON)
-    search_exhausted: Mapped[bool] = mapped_column(Boolean, default=False)
     seed: Mapped[int] = mapped_column(Integer, default=0)
     #: the decision loop's policy (``search.agent.Policy`` fields) and where it stands
     policy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -167,6 +166,8 @@ class CalibrationRow(Base):
     gpu_model: Mapped[str] = mapped_column(String(200), index=True)
     bandwidth_gbs: Mapped[float] = mapped_column(Float)
     peak_tflops: Mapped[dict[str, Any]]
+    #: by precision, [[flops, tflops], ...] sustained per calibration GEMM (None: none kept)
+    curve: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     env: Mapped[dict[str, Any]]
     stale: Mapped[bool] = mapped_column(Boolean, default=False)
     job_id: Mapped[int | None] = mapped_column(IdType, ForeignKey("jobs.id"))

@@ -84,7 +84,6 @@ class JobRecord:
     target_gpu: str | None
     bound_gpu: str | None
     bound_backends: tuple[str, ...] | None
-    search_exhausted: bool
     seed: int
     created_at: datetime
     started_at: datetime | None
@@ -103,7 +102,7 @@ class JobRecord:
         bound = tuple(row.bound_backends) if row.bound_backends is not None else None
         return cls(row.id, row.problem_id, problem.key, dict(problem.spec), row.status,
                    row.max_trials, row.max_seconds, tuple(row.backends), row.target_gpu,
-                   row.bound_gpu, bound, bool(row.search_exhausted), row.seed, row.created_at,
+                   row.bound_gpu, bound, row.seed, row.created_at,
                    row.started_at, row.finished_at, row.error, dict(row.policy or {}),
                    row.stage, tuple(row.exhausted_tiers or ()))
 
@@ -225,12 +224,13 @@ class CalibrationRecord:
     worker_id: int | None
     bench_s: float | None
     created_at: datetime
+    curve: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @classmethod
     def of(cls, row: CalibrationRow) -> CalibrationRecord:
         return cls(row.id, row.gpu_model, row.bandwidth_gbs, dict(row.peak_tflops),
                    dict(row.env or {}), bool(row.stale), row.job_id, row.worker_id,
-                   row.bench_s, row.created_at)
+                   row.bench_s, row.created_at, dict(row.curve or {}))
 
 
 @dataclass(frozen=True)

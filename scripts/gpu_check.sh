@@ -4,7 +4,9 @@
 #   usage: scripts/gpu_check.sh OUTDIR
 #   env:   STAGES=tests,e2e,agent,cutlass,variants,skinny,bench (default tests,e2e,agent,bench;
 #          run in the order given)  SHAPES=0,2,7,8 (benchmark shape indices, default all)
-#          TRIALS=64  AGENT_TRIALS=32  CUTLASS_OPS=6  BENCH_SHAPES=path/to/gemm_public.json
+#          TRIALS=64  AGENT_TRIALS (default: the service's default budget)  CUTLASS_OPS=6
+#          BENCH_SHAPES=path/to/gemm_public.json  TESTS="tests/workers tests/e2e" (default tests)
+#          AGENT_MODES=agent,full  AGENT_BACKENDS=cublas,cutlass,triton
 #          CUTLASS_ARGS="--cache DIR --keep-cache --extra-cached 24" (more gpu_cutlass_check.py
 #          flags: e.g. reuse a cache built on another host of the same arch)
 #          PEER=1 (0: skip max-autotune)
@@ -31,7 +33,9 @@ for stage in ${stages//,/ }; do
   case $stage in
     tests)
       echo "== GPU tests"
-      python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu_tests.log"
+      # shellcheck disable=SC2086
+      python3 -m pytest -q -m gpu -p no:cacheprovider ${TESTS:-tests} 2>&1 \
+        | tee "$out/gpu_tests.log"
       rc=$(( rc | ${PIPESTATUS[0]} )) ;;
     e2e)
       echo "== end to end: service + worker processes"
@@ -39,7 +43,9 @@ for stage in ${stages//,/ }; do
       rc=$(( rc | ${PIPESTATUS[0]} )) ;;
     agent)
       echo "== decision loop vs full search"
-      python3 scripts/bench_agent.py --shapes "$shapes_file" --trials "${AGENT_TRIALS:-32}" \
+      trials=(); [ -n "${AGENT_TRIALS:-}" ] && trials=(--trials "$AGENT_TRIALS")
+      python3 scripts/bench_agent.py --shapes "$shapes_file" "${trials[@]}" \
+        --modes "${AGENT_MODES:-agent,full}" --backends "${AGENT_BACKENDS:-cublas,cutlass,triton}" \
         --only "${SHAPES:-}" --out "$out/agent" 2>&1 | tee "$out/agent.log"
       rc=$(( rc | ${PIPESTATUS[0]} )) ;;
     cutlass)

@@ -265,7 +265,8 @@ class Decision:
     spend: Mapping[str, Mapping[str, float]] = field(hash=False)  # stage -> trials, gpu_s
     tiers: tuple[Mapping[str, Any], ...] = ()
     policy: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    #: every library candidate measured (backend, config, status, median): the first stage
+    #: every library candidate measured (backend, config, status, median, p20, p80): the
+    #: first stage and the CUTLASS search
     library_trials: tuple[Mapping[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -611,8 +612,8 @@ def _spend(ev: Evidence) -> dict[str, dict[str, float]]:
 
 def _library_trials(ev: Evidence) -> tuple[dict[str, Any], ...]:
     return tuple({"candidate_id": t.id, "backend": t.backend, "config": dict(t.config),
-                  "status": t.status, "median_us": t.median_us,
-                  "search": t.tier == CUTLASS_TIER}
+                  "status": t.status, "median_us": t.median_us, "p20_us": t.p20_us,
+                  "p80_us": t.p80_us, "search": t.tier == CUTLASS_TIER}
                  for t in sorted(ev.library, key=lambda t: t.id))
 
 

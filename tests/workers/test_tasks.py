@@ -30,9 +30,18 @@ def test_calibration_measures_bandwidth_and_every_precision(where: str) -> None:
     assert set(peaks) == {"bf16", "fp16", "fp32", "tf32"} | fp8
     assert all(v > 0 for v in peaks.values())
     assert m.extra["bandwidth_gbs"] > 0 and m.bench_s and m.bench_s > 0
+    # each precision's peak is the best point of its sustained curve, one point per shape
+    shapes = [tuple(s) for s in m.extra["peak_shapes"]]
+    for name, peak in peaks.items():
+        points = m.extra["curve"][name]
+        assert peak == max(t for _, t in points)
+        want = shapes[:1] if name == "fp32" else shapes
+        assert [f for f, _ in points] == [2 * a * b * c for a, b, c in want]
+        assert m.extra["burst_tflops"][name] > 0
     if CUDA:  # an H100-class device: HBM in TB/s, tensor cores in hundreds of TFLOP/s
         assert m.extra["bandwidth_gbs"] > 500 and peaks["bf16"] > 5 * peaks["fp32"]
         assert peaks["fp8_e4m3"] > 1.3 * peaks["bf16"]  # fp8 tensor cores: twice bf16's rate
+        assert m.extra["sustain_ms"] >= 100 and len(m.extra["curve"]["bf16"]) == 3
 
 
 def _scaled_mm_runs() -> bool:
@@ -58,6 +67,23 @@ def test_calibration_skips_the_fp8_peak_where_scaled_mm_does_not_run(
     assert m.status == Status.OK, m.error
     assert set(m.extra["peak_tflops"]) == {"bf16", "fp16", "fp32", "tf32"}
     assert "FAKE" in m.extra["peaks_skipped"]["fp8_e4m3"]
+
+
+def test_sustained_timing_runs_back_to_back_between_the_cold_and_the_hot_timing() -> None:
+    from workers.bench import Timing
+    from workers.tasks import _Sustained
+
+    calls: list[str] = []
+    times = iter([100.0, 125.0])  # FAKE bench: cold 100 us, then 125 us once "throttled"
+
+    def bench(fns: list) -> Timing:
+        calls.append("bench")
+        return Timing(next(times), 0.0, 0.0, 1, 0.0, "fake")
+
+    cold, hot = _Sustained(bench, sustain_ms=2.0)(lambda: calls.append("run"), 10**9)
+    # 2 ms of 100 us calls between the two timings; TFLOP/s from each timing
+    assert calls == ["bench"] + ["run"] * 20 + ["bench"]
+    assert (cold, hot) == pytest.approx((10.0, 8.0))
 
 
 def _verify_config(custom: dict) -> dict:

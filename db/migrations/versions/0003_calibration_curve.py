@@ -1,0 +1,38 @@
+"""Calibrations keep their sustained-throughput curve; ``jobs.search_exhausted`` goes.
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-11-22
+
+``calibrations.curve``: by precision, ``[[flops, tflops], ...]`` of each calibration GEMM
+(``search.roofline``); nullable, so a calibration stored before it reads as "no curve" (the
+single peak applies). ``jobs.search_exhausted`` always equalled ``bool(exhausted_tiers)``
+(kept since 0002); the downgrade restores it from that.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("calibrations") as batch:
+        batch.add_column(sa.Column("curve", sa.JSON(), nullable=True))
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("search_exhausted")
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("jobs") as batch:
+        batch.add_column(sa.Column("search_exhausted", sa.Boolean(), nullable=False,
+                                   server_default=sa.false()))
+    op.execute("UPDATE jobs SET search_exhausted = (exhausted_tiers IS NOT NULL AND "
+               "CAST(exhausted_tiers AS TEXT) NOT IN ('[]', 'null'))")
+    with op.batch_alter_table("calibrations") as batch:
+        batch.drop_column("curve")
