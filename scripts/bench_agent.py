@@ -117,8 +117,10 @@ def main() -> None:
                     help="job backends (cuBLAS is the library the targets compare with)")
     ap.add_argument("--cutlass-compile-s", type=float, default=300.0,
                     help="compile-seconds of the CUTLASS search (fp8 jobs; cached ops are free)")
-    ap.add_argument("--merge", default="", help="agent_bench.json of an earlier run of the "
-                    "other mode (on the same GPU model) to report side by side")
+    ap.add_argument("--merge", default="", help="comma-separated agent_bench.json files of "
+                    "earlier runs on the same GPU model (e.g. the other mode, or other shapes) "
+                    "to report side by side; with --modes '' nothing runs and the report is "
+                    "made from them")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -129,11 +131,13 @@ def main() -> None:
     jobs: dict[str, dict[int, dict[str, Any]]] = {"agent": {}, "full": {}}
     calibration: dict[str, Any] | None = None
     started = datetime.now(UTC)
-    if args.merge:
-        earlier = json.loads(Path(args.merge).read_text())
+    earlier_meta: dict[str, Any] = {}
+    for path in filter(None, args.merge.split(",")):
+        earlier = json.loads(Path(path).read_text())
         for mode, by_index in earlier.get("jobs", {}).items():
-            jobs[mode] = {int(k): v for k, v in by_index.items()}
-        calibration = earlier.get("meta", {}).get("calibration")
+            jobs[mode].update({int(k): v for k, v in by_index.items()})
+        earlier_meta = earlier_meta or earlier.get("meta", {})
+        calibration = calibration or earlier.get("meta", {}).get("calibration")
     modes = [m for m in args.modes.split(",") if m]
     for mode in modes:
         settings = ServiceSettings(database_url=f"sqlite:///{out / f'{mode}.db'}")
@@ -200,10 +204,13 @@ def main() -> None:
     import triton
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu-interpreter"
-    meta = {"date": started.isoformat(timespec="seconds"), "gpu": gpu,
-            "torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
-            "python": platform.python_version(), "trials": args.trials,
-            "calibration": calibration}
+    if not modes and earlier_meta:  # a report of earlier runs: theirs is the machine
+        meta = {**earlier_meta, "merged": args.merge}
+    else:
+        meta = {"date": started.isoformat(timespec="seconds"), "gpu": gpu,
+                "torch": torch.__version__, "cuda": torch.version.cuda,
+                "triton": triton.__version__, "python": platform.python_version(),
+                "trials": args.trials, "calibration": calibration}
     (out / "agent_bench.json").write_text(json.dumps(
         {"meta": meta, "rows": rows, "jobs": jobs}, indent=1, default=str))
     if calibration is not None:

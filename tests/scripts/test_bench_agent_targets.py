@@ -1,0 +1,48 @@
+"""The decision-loop benchmark's target rule (``scripts/bench_agent.py``): which of the issue's
+two targets a shape gets, and with what noise. Decisions here are FAKE dicts in the stored
+shape; the numbers are invented."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "scripts" / "bench_agent.py"
+_spec = importlib.util.spec_from_file_location("bench_agent", _PATH)
+assert _spec is not None and _spec.loader is not None
+bench_agent = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_agent)
+
+
+def decision(cublas_spread: float, pick_spread: float) -> dict[str, Any]:
+    return {"chosen": "library",
+            "library": {"median_us": 100.0, "spread_us": pick_spread * 100.0},
+            "library_trials": [{"backend": "cublas", "status": "ok", "median_us": 50.0,
+                                "p20_us": 50.0 * (1 - cublas_spread / 2),
+                                "p80_us": 50.0 * (1 + cublas_spread / 2)}]}
+
+
+def test_noise_is_the_larger_spread_and_at_least_one_percent() -> None:
+    assert bench_agent.noise(decision(0.04, 0.02)) == pytest.approx(0.04)
+    assert bench_agent.noise(decision(0.01, 0.03)) == pytest.approx(0.03)
+    assert bench_agent.noise(decision(0.002, 0.001)) == pytest.approx(0.01)
+    assert bench_agent.noise({}) == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize(("full", "agent", "ratio", "want", "met"), [
+    # the full search beat cuBLAS by 7% (> 2% noise): the agent must come within 3% of it
+    (1.07, 1.05, 0.9, "speed-up", True),
+    (1.07, 1.03, 0.1, "speed-up", False),
+    # within noise of cuBLAS: the agent must spend <= 25% of the full run's GPU time
+    (1.015, 1.0, 0.2, "GPU time", True),
+    (1.015, 1.0, 0.3, "GPU time", False),
+    (None, None, 0.1, "GPU time", True),
+])
+def test_the_target_follows_the_full_searchs_gain_over_cublas(
+        full: float | None, agent: float | None, ratio: float, want: str, met: bool) -> None:
+    got = bench_agent.target({"full_vs_cublas": full, "agent_vs_cublas": agent,
+                              "gpu_ratio": ratio, "noise": 0.02})
+    assert got["target"].startswith(want) and got["met"] is met
