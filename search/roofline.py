@@ -99,6 +99,12 @@ class Roofline:
     bytes: int
     compute_us: float
     memory_us: float
+    #: the compute peak used (TFLOP/s; sustained for work of this size when the calibration
+    #: has a curve) and the bandwidth (GB/s)
+    peak_tflops: float | None = None
+    bandwidth_gbs: float | None = None
+    #: the peak is below the calibration's best: work this large runs power-limited
+    sized_peak: bool = False
 
     @property
     def attainable_us(self) -> float:
@@ -118,7 +124,8 @@ class Roofline:
     def to_dict(self) -> dict[str, Any]:
         return {"flops": self.flops, "bytes": self.bytes, "compute_us": self.compute_us,
                 "memory_us": self.memory_us, "attainable_us": self.attainable_us,
-                "bound": self.bound}
+                "bound": self.bound, "peak_tflops": self.peak_tflops,
+                "bandwidth_gbs": self.bandwidth_gbs, "sized_peak": self.sized_peak}
 
 
 def roofline(problem: GemmProblem, calibration: Calibration | None,
@@ -131,4 +138,6 @@ def roofline(problem: GemmProblem, calibration: Calibration | None,
         return None
     compute_us = problem.flops / (peak * 1e12) * 1e6
     memory_us = problem.min_bytes / (calibration.bandwidth_gbs * 1e9) * 1e6
-    return Roofline(problem.flops, problem.min_bytes, compute_us, memory_us)
+    best = calibration.peak(problem.dtype, allow_tf32) or peak
+    return Roofline(problem.flops, problem.min_bytes, compute_us, memory_us, peak,
+                    calibration.bandwidth_gbs, sized_peak=peak < best)

@@ -105,6 +105,8 @@ def test_a_power_limited_library_on_a_large_gemm_is_sufficient_by_the_sustained_
     d = plan(ev).actions[-1]
     assert isinstance(d, Decide) and d.decision.verdict == Verdict.LIBRARY_SUFFICIENT
     assert d.decision.library.efficiency == pytest.approx(690 / 700)
+    assert "at 700 TFLOP/s, what the device sustained on calibration GEMMs this large" in \
+        d.decision.rationale
     flat = replace(CURVE_CAL, curve={})
     assert not isinstance(plan(replace(ev, calibration=flat)).actions[-1], Decide)
 
