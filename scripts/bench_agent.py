@@ -164,14 +164,18 @@ def main() -> None:
                 job = run_job(cluster, problem, args.trials, policy, args.timeout, backends)
                 job["trials"] = job_trials(cluster, job)
                 jobs[mode][i] = job
+                if calibration is None or mode == "agent":
+                    cals = cluster.client.calibrations()["items"]
+                    calibration = cals[0] if cals else calibration
+                # what is done so far, should the run be cut short (--merge reads it)
+                (out / "jobs_partial.json").write_text(json.dumps(
+                    {"meta": {"partial": True, "calibration": calibration}, "jobs": jobs},
+                    default=str))
                 d = job.get("decision") or {}
                 print(f"[{mode}] {i} {problem['m']}x{problem['n']}x{problem['k']} "
                       f"{problem['dtype']}: {job['status']} {d.get('verdict')} "
                       f"speedup {d.get('speedup')} gpu_s {gpu_s(d):.2f} wall {job['wall_s']:.1f}",
                       flush=True)
-            if mode == "agent" or calibration is None:
-                cals = cluster.client.calibrations()["items"]
-                calibration = cals[0] if cals else calibration
     for i, shape in picked:
         dtype = shape.get("dtype", "bf16")
         row: dict[str, Any] = {"index": i, "shape": f"{shape['m']}x{shape['n']}x{shape['k']}",
