@@ -166,8 +166,6 @@ class CalibrationRow(Base):
     gpu_model: Mapped[str] = mapped_column(String(200), index=True)
     bandwidth_gbs: Mapped[float] = mapped_column(Float)
     peak_tflops: Mapped[dict[str, Any]]
-    #: by precision, [[flops, tflops], ...] sustained per calibration GEMM (None: none kept)
-    curve: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     env: Mapped[dict[str, Any]]
     stale: Mapped[bool] = mapped_column(Boolean, default=False)
     job_id: Mapped[int | None] = mapped_column(IdType, ForeignKey("jobs.id"))

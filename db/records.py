@@ -224,13 +224,12 @@ class CalibrationRecord:
     worker_id: int | None
     bench_s: float | None
     created_at: datetime
-    curve: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @classmethod
     def of(cls, row: CalibrationRow) -> CalibrationRecord:
         return cls(row.id, row.gpu_model, row.bandwidth_gbs, dict(row.peak_tflops),
                    dict(row.env or {}), bool(row.stale), row.job_id, row.worker_id,
-                   row.bench_s, row.created_at, dict(row.curve or {}))
+                   row.bench_s, row.created_at)
 
 
 @dataclass(frozen=True)

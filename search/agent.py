@@ -641,8 +641,6 @@ def _describe_roofline(rf: Roofline | None) -> str:
     if rf is None:
         return "no roofline (no device calibration, or none with a peak for these inputs)"
     peak = f" at {rf.peak_tflops:.0f} TFLOP/s" if rf.peak_tflops else ""
-    if rf.sized_peak:
-        peak += ", what the device sustained on calibration GEMMs this large"
     bw = f" at {rf.bandwidth_gbs:.0f} GB/s" if rf.bandwidth_gbs else ""
     return (f"{rf.bound}-bound: the roofline allows {rf.attainable_us:.1f} us "
             f"(compute {rf.compute_us:.1f} us{peak}, memory {rf.memory_us:.1f} us{bw})")

@@ -2,18 +2,17 @@
 
 A :class:`Calibration` is measured once per GPU model (and again when the driver or toolkit
 changes): the bandwidth of a large device-to-device copy, counting bytes read *and* written, and
-the throughput of large library GEMMs per input precision. The roofline of a problem is then
-``max(flops / peak(dtype, flops), min_bytes / bandwidth)``: no kernel can beat it, so
-``attainable / measured`` is how much of the hardware a kernel uses (its *efficiency*).
+the throughput of large library GEMMs per input precision (the best of a few shapes, each
+timed after running back to back long enough for the clock to settle: ``workers.tasks``). The
+roofline of a problem is then ``max(flops / peak(dtype), min_bytes / bandwidth)``: no kernel
+can beat it, so ``attainable / measured`` is how much of the hardware a kernel uses (its
+*efficiency*).
 
-The peak depends on how much work a kernel does. A GPU under continuous load runs at the clock
-its power limit allows: on the H100 of ``docs/benchmarks/agent_h100_2026-11-22.md`` cuBLAS ran
-4096^3 in bf16 at 770-800 TFLOP/s but 8192^3 (8x the work, about 1.5 ms a call) at 680-760,
-varying from run to run. So the calibration keeps each peak shape's sustained throughput
-(measured after the device has run that GEMM back to back long enough to settle:
-``workers.tasks``) as a *curve*, and a problem's compute peak is the best throughput measured
-on a calibration GEMM doing at least as much work (the largest one's beyond them). Without a
-curve (older calibrations) the single best peak applies.
+One peak serves every problem size, on purpose. A power-limited device sustains less on a
+long GEMM (the H100 held cuBLAS at about 725 TFLOP/s on 8192^3 against about 800 on
+4096x4096x16384), and a peak that followed cuBLAS's sustained rate per size was tried: on the
+H100 a Triton kernel then ran 8192^3 at 766-785 TFLOP/s, under that "floor", because how
+much a kernel is throttled depends on the kernel (its DRAM traffic), not on the size alone.
 Nothing here touches a GPU; ``workers.calibrate`` measures, the service stores.
 """
 
@@ -25,7 +24,7 @@ from typing import Any
 
 from search.types import GemmProblem
 
-__all__ = ["Calibration", "Roofline", "roofline", "parse_curve", "ENV_KEYS"]
+__all__ = ["Calibration", "Roofline", "roofline", "ENV_KEYS"]
 
 #: The environment fields whose change makes a calibration stale.
 ENV_KEYS = ("driver", "cuda", "torch")
@@ -39,34 +38,20 @@ class Calibration:
     ``peak_tflops``: by precision: ``bf16``, ``fp16``, ``fp32`` (full fp32), ``tf32``, and
     ``fp8_e4m3`` (``torch._scaled_mm``) where the device has fp8 GEMMs; a problem whose
     precision has no peak has no roofline (``roofline`` returns ``None``).
-    ``curve``: by precision, ``(flops, TFLOP/s)`` of each calibration GEMM, sustained (may be
-    empty: then ``peak_tflops`` applies to every problem size).
     """
 
     gpu_model: str
     bandwidth_gbs: float
     peak_tflops: Mapping[str, float] = field(hash=False)
     env: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    curve: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict,
-                                                                  hash=False)
 
-    def peak(self, dtype: str, allow_tf32: bool = False, flops: float | None = None
-             ) -> float | None:
-        """Peak TFLOP/s for inputs of ``dtype`` (fp32 may run as tf32 when the policy allows);
-        with ``flops``, the peak a kernel doing that much work can sustain (module doc)."""
-        names = ("fp32", "tf32") if dtype == "fp32" and allow_tf32 else (dtype,)
-        values = [v for v in (self._peak_of(n, flops) for n in names) if v]
-        return max(values) if values else None
-
-    def _peak_of(self, name: str, flops: float | None) -> float | None:
-        best = self.peak_tflops.get(name)
-        if not best:
-            return None
-        points = sorted(self.curve.get(name) or ())
-        if flops is None or not points:
-            return float(best)
-        at_least = [t for f, t in points if f >= flops] or [points[-1][1]]
-        return min(float(best), max(at_least))
+    def peak(self, dtype: str, allow_tf32: bool = False) -> float | None:
+        """Peak TFLOP/s for inputs of ``dtype``; fp32 may run as tf32 when the policy allows."""
+        if dtype == "fp32" and allow_tf32:
+            values = [v for k, v in self.peak_tflops.items() if k in ("fp32", "tf32") and v]
+            return max(values) if values else None
+        value = self.peak_tflops.get(dtype)
+        return float(value) if value else None
 
     def matches(self, env: Mapping[str, Any]) -> bool:
         """Whether this calibration still describes a device reporting ``env``."""
@@ -74,21 +59,13 @@ class Calibration:
 
     def to_dict(self) -> dict[str, Any]:
         return {"gpu_model": self.gpu_model, "bandwidth_gbs": self.bandwidth_gbs,
-                "peak_tflops": dict(self.peak_tflops), "env": dict(self.env),
-                "curve": {k: [list(p) for p in v] for k, v in self.curve.items()}}
+                "peak_tflops": dict(self.peak_tflops), "env": dict(self.env)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Calibration:
         return cls(str(data["gpu_model"]), float(data["bandwidth_gbs"]),
                    {str(k): float(v) for k, v in dict(data["peak_tflops"]).items()},
-                   dict(data.get("env") or {}), parse_curve(data.get("curve")))
-
-
-def parse_curve(data: Any) -> dict[str, tuple[tuple[float, float], ...]]:
-    """A stored curve (``{precision: [[flops, tflops], ...]}``, or None) as ``Calibration``
-    holds it; raises ``ValueError``/``TypeError`` on a malformed one."""
-    return {str(k): tuple((float(f), float(t)) for f, t in v)
-            for k, v in dict(data or {}).items()}
+                   dict(data.get("env") or {}))
 
 
 @dataclass(frozen=True)
@@ -99,12 +76,9 @@ class Roofline:
     bytes: int
     compute_us: float
     memory_us: float
-    #: the compute peak used (TFLOP/s; sustained for work of this size when the calibration
-    #: has a curve) and the bandwidth (GB/s)
+    #: the compute peak (TFLOP/s) and the bandwidth (GB/s) they were computed with
     peak_tflops: float | None = None
     bandwidth_gbs: float | None = None
-    #: the peak is below the calibration's best: work this large runs power-limited
-    sized_peak: bool = False
 
     @property
     def attainable_us(self) -> float:
@@ -125,7 +99,7 @@ class Roofline:
         return {"flops": self.flops, "bytes": self.bytes, "compute_us": self.compute_us,
                 "memory_us": self.memory_us, "attainable_us": self.attainable_us,
                 "bound": self.bound, "peak_tflops": self.peak_tflops,
-                "bandwidth_gbs": self.bandwidth_gbs, "sized_peak": self.sized_peak}
+                "bandwidth_gbs": self.bandwidth_gbs}
 
 
 def roofline(problem: GemmProblem, calibration: Calibration | None,
@@ -133,11 +107,10 @@ def roofline(problem: GemmProblem, calibration: Calibration | None,
     """The roofline of ``problem``, or ``None`` without a usable calibration."""
     if calibration is None or calibration.bandwidth_gbs <= 0:
         return None
-    peak = calibration.peak(problem.dtype, allow_tf32, problem.flops)
+    peak = calibration.peak(problem.dtype, allow_tf32)
     if peak is None or peak <= 0:
         return None
     compute_us = problem.flops / (peak * 1e12) * 1e6
     memory_us = problem.min_bytes / (calibration.bandwidth_gbs * 1e9) * 1e6
-    best = calibration.peak(problem.dtype, allow_tf32) or peak
     return Roofline(problem.flops, problem.min_bytes, compute_us, memory_us, peak,
-                    calibration.bandwidth_gbs, sized_peak=peak < best)
+                    calibration.bandwidth_gbs)

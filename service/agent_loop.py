@@ -32,7 +32,7 @@ from db.records import (
 from search import agent
 from search.constraints import DeviceLimits, limits_for
 from search.cutlass_tuner import CompileBudget
-from search.roofline import Calibration, parse_curve
+from search.roofline import Calibration
 from search.spaces import triton_gemm
 from search.types import (
     CUSTOM_BACKENDS,
@@ -96,8 +96,7 @@ class AgentLoop:
                 worker = workers.latest_of_model(s, gpu)
                 device = dict(worker.device) if worker is not None else {}
             cal = calibrations.latest(s, gpu)
-            calibration = (Calibration(gpu, cal.bandwidth_gbs, cal.peak_tflops, cal.env,
-                                       parse_curve(cal.curve))
+            calibration = (Calibration(gpu, cal.bandwidth_gbs, cal.peak_tflops, cal.env)
                            if cal is not None else None)
             if calibration is not None and device and (
                     not calibration.matches(device) or calibration.peak(problem.dtype) is None):
@@ -349,15 +348,8 @@ def record_calibration(s: Session, cand: CandidateRecord, m: Measurement, gpu_mo
     except (KeyError, TypeError, ValueError):
         log.warning("calibration report of candidate %s has no usable peaks", cand.id)
         return
-    try:
-        curve = {k: [list(p) for p in v] for k, v in parse_curve(extra.get("curve")).items()}
-    except (TypeError, ValueError):
-        log.warning("calibration report of candidate %s has a malformed curve: peaks only",
-                    cand.id)
-        curve = {}
     calibrations.add_calibration(s, gpu_model, bandwidth, peaks, dict(m.env), now,
-                                 job_id=cand.job_id, worker_id=worker_id, bench_s=m.bench_s,
-                                 curve=curve)
+                                 job_id=cand.job_id, worker_id=worker_id, bench_s=m.bench_s)
 
 
 def _limits(device: dict[str, Any]) -> DeviceLimits:

@@ -253,8 +253,6 @@ class CalibrationOut(BaseModel):
     gpu: str
     bandwidth_gbs: float
     peak_tflops: dict[str, float]
-    #: by precision, [flops, TFLOP/s] sustained on each calibration GEMM (search.roofline)
-    curve: dict[str, list[list[float]]] = {}
     env: dict[str, Any]
     stale: bool
     job_id: int | None

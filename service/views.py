@@ -71,7 +71,7 @@ def decision_out(d: DecisionRecord) -> DecisionOut:
 
 def calibration_out(c: CalibrationRecord) -> CalibrationOut:
     return CalibrationOut(id=c.id, gpu=c.gpu_model, bandwidth_gbs=c.bandwidth_gbs,
-                          peak_tflops=c.peak_tflops, curve=c.curve, env=c.env, stale=c.stale,
+                          peak_tflops=c.peak_tflops, env=c.env, stale=c.stale,
                           job_id=c.job_id, created_at=c.created_at)
 
 

@@ -4,10 +4,12 @@
 device-to-device copy (bytes read + written per second) and large cuBLAS GEMMs per precision
 (the best of a few shapes, so one shape's wave quantisation does not set the peak), fp8 e4m3
 through ``torch._scaled_mm`` where the device has fp8 GEMMs (else it is skipped, and named in
-``extra["peaks_skipped"]``). Each GEMM is timed once cold (``extra["burst_tflops"]``, for the
-record), then run back to back for ``SUSTAIN_MS`` so the clock settles where the power limit
-holds it, then timed again: that sustained throughput is its point on ``extra["curve"]``
-(flops, TFLOP/s) and the best point is the precision's peak.
+``extra["peaks_skipped"]``). Each GEMM is timed once cold, then run back to back for
+``SUSTAIN_MS`` so the clock settles where the power limit holds it, then timed again; the
+precision's peak is the best sustained throughput. Both timings of every shape stay in the
+measurement (``extra["burst_tflops"]``: the best cold one; ``extra["curve"]``: (flops,
+sustained TFLOP/s) per shape) as the record of how far the device throttles; the roofline
+uses one peak for every size (``search.roofline`` says why).
 
 ``verify``: the decision loop's second verdict. The library's best and the custom best are run
 on the same fresh inputs, checked again (a wrong result fails the task), then timed in

@@ -71,44 +71,11 @@ def test_roofline_of_a_compute_bound_and_a_memory_bound_shape() -> None:
     assert roofline(GemmProblem(64, 64, 64), None) is None
 
 
-#: FAKE sustained curve: an H100-like device that holds 780 TFLOP/s on 4096^3 but only 700 on
-#: 8192^3 (its power limit), 760 on 4096x4096x16384
-CURVE_CAL = Calibration("gpu", 3000.0, {"bf16": 780.0, "fp32": 50.0, "tf32": 400.0},
-                        curve={"bf16": ((2 * 4096**3, 780.0), (2 * 8192**3, 700.0),
-                                        (2 * 4096**2 * 16384, 760.0)),
-                               "tf32": ((2 * 4096**3, 400.0),)})
-
-
-def test_the_compute_peak_is_the_best_sustained_on_a_calibration_gemm_at_least_as_large() -> None:
-    assert CURVE_CAL.peak("bf16") == 780.0  # no size: the best point
-    assert CURVE_CAL.peak("bf16", flops=2 * 1000 * 3000 * 2000) == 780.0  # smaller than all
-    assert CURVE_CAL.peak("bf16", flops=2 * 4096**3) == 780.0  # a point itself
-    assert CURVE_CAL.peak("bf16", flops=2 * 2048 * 4096 * 14336) == 760.0
-    assert CURVE_CAL.peak("bf16", flops=2 * 8192**3) == 700.0
-    assert CURVE_CAL.peak("bf16", flops=2 * 16384**3) == 700.0  # beyond them: the largest
-    assert CURVE_CAL.peak("fp32", allow_tf32=True, flops=2 * 8192**3) == 400.0
-    assert CURVE_CAL.peak("fp32", flops=2 * 8192**3) == 50.0  # no curve for it: the peak
-    big = roofline(GemmProblem(8192, 8192, 8192), CURVE_CAL)
-    assert big is not None and big.compute_us == pytest.approx(2 * 8192**3 / 700e12 * 1e6)
-    assert Calibration.from_dict(CURVE_CAL.to_dict()) == CURVE_CAL
-    assert Calibration.from_dict(CURVE_CAL.to_dict()).curve == CURVE_CAL.curve
-
-
-def test_a_power_limited_library_on_a_large_gemm_is_sufficient_by_the_sustained_curve() -> None:
-    # cuBLAS at 690 TFLOP/s on 8192^3: 88% of the best peak (searched before), 99% of what
-    # the device sustained on a GEMM that large
-    lib_us = 2 * 8192**3 / 690e12 * 1e6
-    lib = Trial(1, "cublas", {}, None, "ok", lib_us, lib_us * 0.99, lib_us * 1.01)
-    ev = Evidence(problem=GemmProblem(8192, 8192, 8192), policy=POLICY, calibration=CURVE_CAL,
-                  library_configs=(("cublas", {}),), tiers=(TierPlan("tiles", 1.0),),
-                  trials=(lib,), max_trials=32)
-    d = plan(ev).actions[-1]
-    assert isinstance(d, Decide) and d.decision.verdict == Verdict.LIBRARY_SUFFICIENT
-    assert d.decision.library.efficiency == pytest.approx(690 / 700)
-    assert "at 700 TFLOP/s, what the device sustained on calibration GEMMs this large" in \
-        d.decision.rationale
-    flat = replace(CURVE_CAL, curve={})
-    assert not isinstance(plan(replace(ev, calibration=flat)).actions[-1], Decide)
+def test_the_rationale_names_the_peak_and_bandwidth_of_the_roofline() -> None:
+    d = run_shape(SQUARE, POLICY)
+    peak = H100_REPLAY_CALIBRATION.peak("bf16")
+    assert f"at {peak:.0f} TFLOP/s" in d.rationale and "at 3000 GB/s" in d.rationale
+    assert d.roofline.peak_tflops == pytest.approx(peak)
 
 
 def test_calibration_goes_stale_when_the_toolkit_changes() -> None:

@@ -121,38 +121,6 @@ def test_calibration_is_measured_once_then_reused_until_refreshed(client: TestCl
 
 
 @pytest.mark.uncalibrated
-@pytest.mark.parametrize("with_curve", [True, False])
-def test_the_stored_sustained_curve_sets_a_large_problems_roofline(
-        client: TestClient, driver: Any, with_curve: bool) -> None:
-    # 2048^3 fp16 is compute-bound (21.5 us at the 800 TFLOP/s peak). A FAKE curve says the
-    # device sustains only 400 TFLOP/s on GEMMs that large, so cuBLAS at 45 us is sufficient
-    # by it; without the curve the same time is 48% of the roofline and the job searches.
-    problem = dict(driver.PROBLEM, m=2048, n=2048, k=2048)
-    flops = 2 * 2048**3
-    job = driver.submit({"max_trials": 2}, problem=problem, policy=AGENT)
-    w = driver.register()
-    grant = driver.lease(w)
-    assert [c["backend"] for c in grant["candidates"]] == ["calibrate", "cublas"]
-    for c in grant["candidates"]:
-        if c["backend"] == "calibrate":
-            m = driver.fake_calibration()
-            if with_curve:
-                m["extra"]["curve"] = {"fp16": [[1e9, 800.0], [1e12, 400.0]]}
-        else:
-            m = driver.fake_ok(45.0)
-        driver.report(w, grant["lease_id"], c["id"], m)
-    cal = client.get("/v1/calibrations").json()["items"][0]
-    assert cal["curve"] == ({"fp16": [[1e9, 800.0], [1e12, 400.0]]} if with_curve else {})
-    state = driver.job(job["id"])
-    if with_curve:
-        d = state["decision"]
-        assert d["verdict"] == "library_sufficient" and d["bound"] == "compute"
-        assert d["attainable_us"] == pytest.approx(flops / 400e12 * 1e6)
-    else:
-        assert state["stage"] == "custom" and state["decision"] is None
-
-
-@pytest.mark.uncalibrated
 def test_a_new_driver_makes_the_calibration_stale(client: TestClient, driver: Any) -> None:
     w = driver.register()
     driver.submit({"max_trials": 1}, policy=AGENT)

@@ -1,13 +1,10 @@
-"""Calibrations keep their sustained-throughput curve; ``jobs.search_exhausted`` goes.
+"""``jobs.search_exhausted`` goes: it always equalled ``bool(exhausted_tiers)`` (since 0002).
 
 Revision ID: 0003
 Revises: 0002
 Create Date: 2026-11-22
 
-``calibrations.curve``: by precision, ``[[flops, tflops], ...]`` of each calibration GEMM
-(``search.roofline``); nullable, so a calibration stored before it reads as "no curve" (the
-single peak applies). ``jobs.search_exhausted`` always equalled ``bool(exhausted_tiers)``
-(kept since 0002); the downgrade restores it from that.
+The downgrade restores the column from ``exhausted_tiers``.
 """
 
 from __future__ import annotations
@@ -22,8 +19,6 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("calibrations") as batch:
-        batch.add_column(sa.Column("curve", sa.JSON(), nullable=True))
     with op.batch_alter_table("jobs") as batch:
         batch.drop_column("search_exhausted")
 
@@ -34,5 +29,3 @@ def downgrade() -> None:
                                    server_default=sa.false()))
     op.execute("UPDATE jobs SET search_exhausted = (exhausted_tiers IS NOT NULL AND "
                "CAST(exhausted_tiers AS TEXT) NOT IN ('[]', 'null'))")
-    with op.batch_alter_table("calibrations") as batch:
-        batch.drop_column("curve")
