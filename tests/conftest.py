@@ -51,17 +51,28 @@ POSTGRES_SCHEMA = f"ks_test_{os.getpid()}"
 POSTGRES_URL = (f"{POSTGRES_SERVER}{'&' if '?' in POSTGRES_SERVER else '?'}"
                 f"options=-csearch_path%3D{POSTGRES_SCHEMA}")
 _postgres_down: list[str] = []
+_postgres_used: list[bool] = []  # a test reset the schema: drop it at the end
 
 
 def _postgres_dsn() -> str:
     return POSTGRES_SERVER.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
-def _reset_postgres() -> None:
-    import psycopg
+def _psycopg() -> Any:
+    """psycopg, or a skip when it cannot load (a host with no libpq wrapper installed)."""
+    try:
+        import psycopg
+    except ImportError as exc:
+        _postgres_down.append(f"psycopg cannot load here ({str(exc).splitlines()[0]})")
+        pytest.skip(_postgres_down[0])
+    return psycopg
 
+
+def _reset_postgres() -> None:
     if _postgres_down:
         pytest.skip(_postgres_down[0])
+    psycopg = _psycopg()
+    _postgres_used.append(True)
     try:
         with psycopg.connect(_postgres_dsn(), autocommit=True, connect_timeout=3) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {POSTGRES_SCHEMA} CASCADE")
@@ -75,7 +86,7 @@ def _reset_postgres() -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _drop_postgres_schema() -> Iterator[None]:
     yield
-    if _postgres_down:
+    if _postgres_down or not _postgres_used:
         return
     import psycopg
 
