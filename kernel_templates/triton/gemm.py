@@ -229,6 +229,22 @@ def _gemm_kernel(
 
 
 @triton.jit
+def tma_tiles(a_desc, b_desc, off_m, off_n, k, A_COL: tl.constexpr, B_COL: tl.constexpr):
+    """The A tile at (off_m, k) and the B tile at (k, off_n) through TMA descriptors; a
+    column-major operand is described in its storage order and transposed in shared memory.
+    Shared by every TMA K loop (here and ``skinny``)."""
+    if A_COL:
+        a = a_desc.load([k, off_m]).T
+    else:
+        a = a_desc.load([off_m, k])
+    if B_COL:
+        b = b_desc.load([off_n, k]).T
+    else:
+        b = b_desc.load([k, off_n])
+    return a, b
+
+
+@triton.jit
 def _gemm_tma_kernel(
     a_desc, b_desc, c_ptr, ws_ptr, cnt_ptr,
     M, N, K, K_PER_SPLIT, stride_cm, stride_cn,
@@ -250,15 +266,7 @@ def _gemm_tma_kernel(
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kk in tl.range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K), warp_specialize=WARP_SPECIALIZE):
-        k = k_start + kk * BLOCK_K
-        if A_COL:
-            a = a_desc.load([k, off_m]).T
-        else:
-            a = a_desc.load([off_m, k])
-        if B_COL:
-            b = b_desc.load([off_n, k]).T
-        else:
-            b = b_desc.load([k, off_n])
+        a, b = tma_tiles(a_desc, b_desc, off_m, off_n, k_start + kk * BLOCK_K, A_COL, B_COL)
         acc = tl.dot(a, b, acc)
 
     offs_m = off_m + tl.arange(0, BLOCK_M)
@@ -292,15 +300,7 @@ def _gemm_persistent_kernel(
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kk in tl.range(0, k_tiles, warp_specialize=WS_K):
-            k = kk * BLOCK_K
-            if A_COL:
-                a = a_desc.load([k, off_m]).T
-            else:
-                a = a_desc.load([off_m, k])
-            if B_COL:
-                b = b_desc.load([off_n, k]).T
-            else:
-                b = b_desc.load([k, off_n])
+            a, b = tma_tiles(a_desc, b_desc, off_m, off_n, kk * BLOCK_K, A_COL, B_COL)
             acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         if TMA_STORE:
             # The TMA engine clips the tile at C's edges: no mask.

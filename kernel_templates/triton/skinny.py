@@ -65,6 +65,7 @@ import triton
 import triton.language as tl
 
 from kernel_templates.errors import InvalidConfig, Unsupported
+from kernel_templates.triton.gemm import tma_tiles
 
 __all__ = ["CONFIG_KEYS", "DTYPES", "MODES", "check_skinny_config", "matmul_skinny"]
 
@@ -268,15 +269,7 @@ def _skinny_tma_kernel(
     k_start = pid_k * K_PER_SPLIT
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kk in tl.range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K)):
-        k = k_start + kk * BLOCK_K
-        if A_COL:
-            a = a_desc.load([k, off_m]).T
-        else:
-            a = a_desc.load([off_m, k])
-        if B_COL:
-            b = b_desc.load([off_n, k]).T
-        else:
-            b = b_desc.load([k, off_n])
+        a, b = tma_tiles(a_desc, b_desc, off_m, off_n, k_start + kk * BLOCK_K, A_COL, B_COL)
         acc = tl.dot(a, b, acc)
     _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
             BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK, FENCE,
