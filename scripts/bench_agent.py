@@ -144,6 +144,7 @@ def main() -> None:
         # the worker's processes (spawned below) inherit this: an empty cache per mode
         os.environ["TRITON_CACHE_DIR"] = str((out / f"triton-cache-{mode}").resolve())
         with LocalCluster(settings, interpret=args.interpret or None) as cluster:
+            mode_cal = False  # this mode's calibration (its first job measures it) is taken
             for i, shape in picked:
                 dtype = shape.get("dtype", "bf16")
                 # fp8 is served "TN" only (search.types.check_served)
@@ -164,9 +165,9 @@ def main() -> None:
                 job = run_job(cluster, problem, args.trials, policy, args.timeout, backends)
                 job["trials"] = job_trials(cluster, job)
                 jobs[mode][i] = job
-                if calibration is None or mode == "agent":
+                if not mode_cal and (calibration is None or mode == "agent"):
                     cals = cluster.client.calibrations()["items"]
-                    calibration = cals[0] if cals else calibration
+                    calibration, mode_cal = (cals[0], True) if cals else (calibration, False)
                 # what is done so far, should the run be cut short (--merge reads it)
                 (out / "jobs_partial.json").write_text(json.dumps(
                     {"meta": {"partial": True, "calibration": calibration}, "jobs": jobs},

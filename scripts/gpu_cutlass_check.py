@@ -132,6 +132,19 @@ def cuda_alive() -> str | None:
         return str(exc)
 
 
+def died(res: dict[str, Any], where: str) -> bool:
+    """Whether the CUDA context is lost; if so ``res["cuda_dead"]`` says after what."""
+    dead = cuda_alive()
+    if dead:
+        res["cuda_dead"] = f"{where}: {dead}"
+    return dead is not None
+
+
+def status_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    return {st: sum(r.get("status") == st for r in rows)
+            for st in sorted({r.get("status") for r in rows})}
+
+
 def check_and_time(problem: GemmProblem, kernel: Any, knobs: dict[str, Any], seed: int,
                    bench: Any, tol: float) -> dict[str, Any]:
     """One correctness run on fresh inputs, then the timing (only when correct)."""
@@ -226,9 +239,7 @@ def run_shape(entry: dict[str, Any], pl: dict[str, Any], cache: Any, tc: Any, ar
             row.update(check_and_time(problem, kernels[op.name], dict(
                 raster="heuristic", swizzle=1, splits=1), 100 + i, bench, tol))
         rows.append(row)
-        dead = cuda_alive()
-        if dead:
-            res["cuda_dead"] = f"after {op.name}: {dead}"
+        if died(res, f"after {op.name}"):
             break
     ok = [r for r in rows if r.get("status") == "ok"]
     # Knob sweep on the fastest ops.
@@ -239,9 +250,7 @@ def run_shape(entry: dict[str, Any], pl: dict[str, Any], cache: Any, tc: Any, ar
                 row = {"op": r["op"], "est_us": r["est_us"]}
                 row.update(check_and_time(problem, kernels[r["op"]], knobs, 500 + j, bench, tol))
                 rows.append(row)
-                dead = cuda_alive()
-                if dead:
-                    res["cuda_dead"] = f"after {r['op']} {knobs}: {dead}"
+                if died(res, f"after {r['op']} {knobs}"):
                     break
             if res.get("cuda_dead"):
                 break
@@ -259,8 +268,7 @@ def run_shape(entry: dict[str, Any], pl: dict[str, Any], cache: Any, tc: Any, ar
                        "tflops": best["tflops"]}
         if res["library_us"]:
             res["ratio_vs_library"] = res["library_us"] / best["median_us"]
-    res["statuses"] = {s: sum(r.get("status") == s for r in rows)
-                       for s in sorted({r.get("status") for r in rows})}
+    res["statuses"] = status_counts(rows)
     if args.search_trials and not res.get("cuda_dead"):
         res["search"] = optuna_search(problem, cache, tc, args, bench, tol, gpu,
                                       res.get("library_us"))
@@ -340,17 +348,14 @@ def optuna_search(problem: GemmProblem, cache: Any, tc: Any, args: Any, bench: A
             tuner.record(prop.trial_number, m)
             row["trial"] = trials
             rows.append(row)
-            dead = cuda_alive()
-            if dead:
-                out["cuda_dead"] = f"search, after {name}: {dead}"
+            if died(out, f"search, after {name}"):
                 break
         if out.get("cuda_dead"):
             break
     ok = [r for r in rows if r.get("status") == "ok"]
     out.update(trials=trials, compile_s=spent, compiled_ops=len(built) - prebuilt,
                exhausted=tuner.exhausted, wall_s=time.perf_counter() - t0, rows=rows,
-               statuses={st: sum(r.get("status") == st for r in rows)
-                         for st in sorted({r.get("status") for r in rows})})
+               statuses=status_counts(rows))
     if ok:
         best = min(ok, key=lambda r: r["median_us"])
         first = next(i for i, r in enumerate(rows, 1) if r is best)

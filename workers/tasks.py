@@ -57,9 +57,6 @@ def calibrate(env: dict[str, Any], bench: Any, cuda: bool) -> Measurement:
         return Measurement(status=Status.WRONG_RESULT, error="device copy mismatch", env=env)
     bandwidth_gbs = 2 * nbytes / (copy.median_us * 1e-6) / 1e9
     del src, dst
-    peaks: dict[str, float] = {}
-    curve: dict[str, list[list[float]]] = {}
-    burst: dict[str, float] = {}
     shapes = PEAK_SHAPES_GPU if cuda else PEAK_SHAPES_CPU
     sustained = _Sustained(bench, SUSTAIN_MS_GPU if cuda else SUSTAIN_MS_CPU)
     precisions = (("bf16", torch.bfloat16, False), ("fp16", torch.float16, False),
@@ -72,29 +69,22 @@ def calibrate(env: dict[str, Any], bench: Any, cuda: bool) -> Measurement:
                 b = torch.randn(k, n, device=device, generator=gen).to(dtype)
                 out = torch.empty(m, n, device=device, dtype=dtype)
                 torch.backends.cuda.matmul.allow_tf32 = tf32
-                cold, hot = sustained(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out),
-                                      2 * m * n * k)
+                sustained(name, lambda a=a, b=b, out=out: torch.matmul(a, b, out=out),
+                          2 * m * n * k)
                 if not bool(torch.isfinite(out).all()):
                     return Measurement(status=Status.WRONG_RESULT, env=env,
                                        error=f"{name} {m}x{n}x{k} matmul gave non-finite values")
-                curve.setdefault(name, []).append([2 * m * n * k, hot])
-                burst[name] = max(burst.get(name, 0.0), cold)
                 del a, b, out
-            peaks[name] = max(t for _, t in curve[name])
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
     skipped: dict[str, str] = {}
     fp8 = _fp8_peak(sustained, shapes, device, gen)
     if fp8.error is not None:
         return Measurement(status=Status.WRONG_RESULT, env=env, error=fp8.error)
-    if fp8.curve:
-        curve["fp8_e4m3"] = [list(p) for p in fp8.curve]
-        peaks["fp8_e4m3"] = max(t for _, t in fp8.curve)
-        burst["fp8_e4m3"] = fp8.burst
-    else:
-        skipped["fp8_e4m3"] = fp8.skipped or "not measured"
-    extra: dict[str, Any] = {"bandwidth_gbs": bandwidth_gbs, "peak_tflops": peaks,
-                             "curve": curve, "burst_tflops": burst,
+    if fp8.skipped is not None:
+        skipped["fp8_e4m3"] = fp8.skipped
+    extra: dict[str, Any] = {"bandwidth_gbs": bandwidth_gbs, "peak_tflops": sustained.peaks(),
+                             "curve": sustained.curve, "burst_tflops": sustained.burst,
                              "sustain_ms": sustained.sustain_ms, "copy_bytes": nbytes,
                              "peak_shapes": [list(s) for s in shapes]}
     if skipped:
@@ -105,35 +95,40 @@ def calibrate(env: dict[str, Any], bench: Any, cuda: bool) -> Measurement:
 
 
 class _Sustained:
-    """Times a GEMM cold, runs it back to back for ``sustain_ms``, times it again:
-    ``(cold, sustained)`` TFLOP/s."""
+    """Times GEMMs cold, runs each back to back for ``sustain_ms``, times it again, and keeps
+    by precision: ``curve`` (flops, sustained TFLOP/s) per shape and ``burst`` (the best cold
+    TFLOP/s). ``peaks()``: the best sustained TFLOP/s of each precision."""
 
     def __init__(self, bench: Any, sustain_ms: float) -> None:
         self.bench = bench
         self.sustain_ms = sustain_ms
+        self.curve: dict[str, list[list[float]]] = {}
+        self.burst: dict[str, float] = {}
 
-    def __call__(self, fn: Callable[[], Any], flops: int) -> tuple[float, float]:
+    def __call__(self, name: str, fn: Callable[[], Any], flops: int) -> None:
         cold = self.bench([fn])
         for _ in range(math.ceil(self.sustain_ms * 1e3 / max(cold.median_us, 1.0))):
             fn()
         hot = self.bench([fn]) if self.sustain_ms > 0 else cold
-        return (flops / (cold.median_us * 1e-6) / 1e12, flops / (hot.median_us * 1e-6) / 1e12)
+        self.curve.setdefault(name, []).append([flops, flops / (hot.median_us * 1e-6) / 1e12])
+        self.burst[name] = max(self.burst.get(name, 0.0),
+                               flops / (cold.median_us * 1e-6) / 1e12)
+
+    def peaks(self) -> dict[str, float]:
+        return {name: max(t for _, t in points) for name, points in self.curve.items()}
 
 
 class _Peak(NamedTuple):
-    """The fp8 peaks: the curve and the best cold throughput, or why they were skipped, or
-    what went wrong."""
+    """Why the fp8 peak was skipped, or what went wrong (neither: it is in the curve)."""
 
-    curve: tuple[tuple[float, float], ...] = ()
-    burst: float = 0.0
     skipped: str | None = None
     error: str | None = None
 
 
 def _fp8_peak(sustained: _Sustained, shapes: tuple[tuple[int, int, int], ...], device: Any,
               gen: Any) -> _Peak:
-    """The fp8 e4m3 curve: ``torch._scaled_mm`` (per-tensor scales, B column-major, bf16 out,
-    as the fp8 library candidates run) on the peak shapes.
+    """The fp8 e4m3 points of ``sustained``: ``torch._scaled_mm`` (per-tensor scales, B
+    column-major, bf16 out, as the fp8 library candidates run) on the peak shapes.
 
     A device or build without fp8 GEMMs (a GPU before sm_89, a torch without the kernel) raises
     before anything runs: the peak is skipped, so fp8 problems there get no roofline while the
@@ -141,8 +136,6 @@ def _fp8_peak(sustained: _Sustained, shapes: tuple[tuple[int, int, int], ...], d
     import torch
 
     f8 = torch.float8_e4m3fn
-    curve: list[tuple[float, float]] = []
-    burst = 0.0
     for m, n, k in shapes:
         a = (torch.randn(m, k, device=device, generator=gen) * 2).to(f8)
         b = (torch.randn(n, k, device=device, generator=gen) * 2).to(f8).t()
@@ -156,14 +149,14 @@ def _fp8_peak(sustained: _Sustained, shapes: tuple[tuple[int, int, int], ...], d
             call()
         except (RuntimeError, NotImplementedError) as exc:
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            sustained.curve.pop("fp8_e4m3", None)  # no peak from some of the shapes
+            sustained.burst.pop("fp8_e4m3", None)
             return _Peak(skipped=f"torch._scaled_mm does not run here: {first[:300]}")
-        cold, hot = sustained(call, 2 * m * n * k)
+        sustained("fp8_e4m3", call, 2 * m * n * k)
         if not bool(torch.isfinite(out).all()):
             return _Peak(error=f"fp8_e4m3 {m}x{n}x{k} torch._scaled_mm gave non-finite values")
-        curve.append((2 * m * n * k, hot))
-        burst = max(burst, cold)
         del a, b, out
-    return _Peak(curve=tuple(curve), burst=burst)
+    return _Peak()
 
 
 def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets: int,

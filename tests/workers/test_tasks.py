@@ -80,10 +80,13 @@ def test_sustained_timing_runs_back_to_back_between_the_cold_and_the_hot_timing(
         calls.append("bench")
         return Timing(next(times), 0.0, 0.0, 1, 0.0, "fake")
 
-    cold, hot = _Sustained(bench, sustain_ms=2.0)(lambda: calls.append("run"), 10**9)
+    sustained = _Sustained(bench, sustain_ms=2.0)
+    sustained("bf16", lambda: calls.append("run"), 10**9)
     # 2 ms of 100 us calls between the two timings; TFLOP/s from each timing
     assert calls == ["bench"] + ["run"] * 20 + ["bench"]
-    assert (cold, hot) == pytest.approx((10.0, 8.0))
+    assert sustained.burst == {"bf16": pytest.approx(10.0)}
+    assert sustained.curve == {"bf16": [[10**9, pytest.approx(8.0)]]}
+    assert sustained.peaks() == {"bf16": pytest.approx(8.0)}
 
 
 def _verify_config(custom: dict) -> dict:
