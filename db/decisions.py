@@ -9,8 +9,9 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from db import measurements
 from db.models import DecisionRow
-from db.records import DecisionRecord
+from db.records import DecisionRecord, MeasurementRecord
 
 
 def add_decision(session: Session, *, problem_id: int, job_id: int | None, gpu_model: str,
@@ -60,3 +61,11 @@ def history(session: Session, problem_id: int, limit: int, offset: int,
     rows = session.scalars(select(DecisionRow).where(*where).order_by(DecisionRow.id.desc())
                            .limit(limit).offset(offset))
     return [DecisionRecord.of(r) for r in rows], int(total)
+
+
+def chosen_measurement(session: Session, decision: DecisionRecord) -> MeasurementRecord | None:
+    """The measurement of the candidate ``decision`` chose (its library or custom pick), or
+    None when the pick has no timed measurement."""
+    pick = (decision.evidence.get(decision.chosen) or {}).get("candidate_id")
+    chosen = measurements.of_candidates(session, [int(pick)]).get(int(pick)) if pick else None
+    return chosen if chosen is not None and chosen.median_us is not None else None

@@ -10,6 +10,9 @@ another replica, picks up exactly where the last one was.
 Stages::
 
     calibrate + library  ->  verdict 1: efficiency = attainable / library time
+                         (cuBLAS first: the CUTLASS seeds are measured only when cuBLAS
+                         falls short of the threshold, so a sufficient cuBLAS costs one
+                         measurement)
         >= threshold  ->  library_sufficient (stop: no custom trial is spent)
         else          ->  CUTLASS search (when the job allows CUTLASS and it serves the
                           problem): Optuna over CUTLASS configurations within a trial and a
@@ -84,6 +87,7 @@ class Policy:
     verify_margin: float = 0.03
     cutlass_trials: int = 12
     cutlass_compile_s: float = 900.0
+    cublas_first: bool = True
 
     def __post_init__(self) -> None:
         checks = {
@@ -505,13 +509,17 @@ def plan(ev: Evidence) -> Plan:
     have = {(t.backend, config_key(dict(t.config))) for t in ev.library}
     wanted = tuple((b, c) for b, c in ev.library_configs
                    if (b, config_key(dict(c))) not in have)
+    skip_verdict1 = pol.force_custom or pol.full_search or not ev.library_configs
+    held = 0  # CUTLASS seeds held back because cuBLAS alone answers verdict 1
+    if pol.cublas_first and not skip_verdict1 and _cublas_answers(ev, need_cal):
+        held = sum(b == Backend.CUTLASS for b, _ in wanted)
+        wanted = tuple(w for w in wanted if w[0] != Backend.CUTLASS)
     if wanted:
         actions.append(MeasureLibrary(wanted))
 
     # the first stage only: the CUTLASS search's trials are library too, but verdict 1 must
     # not wait for them (a search result over the threshold ends the job at once)
     lib_pending = any(not t.done for t in ev.library if t.tier is None) or bool(wanted)
-    skip_verdict1 = pol.force_custom or pol.full_search or not ev.library_configs
     if not skip_verdict1 and (lib_pending or need_cal):
         return Plan(Stage.LIBRARY, (*actions, Wait("waiting for the library and calibration")))
 
@@ -522,7 +530,7 @@ def plan(ev: Evidence) -> Plan:
     if not skip_verdict1 and lib is not None and lib_eff is not None \
             and lib_eff >= pol.threshold:
         return Plan(Stage.DECIDED, (Decide(_with_notes(
-            ev, cut, _decide_library_sufficient(ev, rf, lib, lib_eff))),))
+            ev, cut, _decide_library_sufficient(ev, rf, lib, lib_eff, held))),))
     # The CUTLASS search: library side, so before any custom tier, and it raises the library
     # best the custom kernels must beat (and verdict 1 above is asked again on each result).
     if cut is not None:
@@ -573,6 +581,23 @@ def plan(ev: Evidence) -> Plan:
             return Plan(Stage.VERIFY, (*actions, Wait("waiting for the verification")))
     return Plan(Stage.DECIDED, (Decide(_with_notes(
         ev, cut, _decide_after_search(ev, rf, lib, cus, progress))),))
+
+
+def _cublas_answers(ev: Evidence, need_cal: bool) -> bool:
+    """Whether the CUTLASS seeds wait for cuBLAS: the job has both, and cuBLAS is still being
+    measured (or the calibration is), or it is measured and reaches the threshold on its own.
+    Once cuBLAS falls short, or cannot be judged (it failed, or there is no roofline), the
+    seeds are measured: they may be the library's best."""
+    vendor = [(b, config_key(dict(c))) for b, c in ev.library_configs if b != Backend.CUTLASS]
+    if not vendor or len(vendor) == len(ev.library_configs):
+        return False
+    first = [t for t in ev.library if t.tier is None
+             and (t.backend, config_key(dict(t.config))) in vendor]
+    if len(first) < len(vendor) or any(not t.done for t in first) or need_cal:
+        return True
+    rf = roofline(ev.problem, ev.calibration, ev.policy.allow_tf32)
+    best = _best(first)
+    return bool(rf and best and rf.efficiency(best.median_us) >= ev.policy.threshold)
 
 
 # -- decisions -------------------------------------------------------------------------------
@@ -647,10 +672,14 @@ def _describe_roofline(rf: Roofline | None) -> str:
 
 
 def _decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial,
-                               eff: float) -> Decision:
+                               eff: float, held: int = 0) -> Decision:
     why = (f"{_describe_roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us, "
            f"{eff:.0%} of the attainable, at or above the {ev.policy.threshold:.0%} threshold: "
            "the library is sufficient and no custom kernel was tried.")
+    if held:
+        seeds = f"{held} CUTLASS seeds were" if held > 1 else "CUTLASS seed was"
+        why += (f" The {seeds} not measured: cuBLAS reached the threshold on its own "
+                "(policy cublas_first).")
     return Decision(Verdict.LIBRARY_SUFFICIENT, why, _pick(lib, rf), None, rf, 1.0, False,
                     _spend(ev), (), ev.policy.to_dict())
 

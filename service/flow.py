@@ -59,7 +59,8 @@ def utcnow() -> datetime:
 
 @dataclass(frozen=True)
 class JobState:
-    """A job with what its view needs: counts and the best measurements so far."""
+    """A job with what its view needs: counts, the best measurements so far (``best`` and
+    ``library_best`` follow the decision once there is one) and the decision."""
 
     job: JobRecord
     counts: JobCounts
@@ -293,10 +294,18 @@ class Flow:
         job = jobs.get_job(s, job_id)
         if job is None:
             raise NotFound(f"job {job_id} not found")
-        return JobState(job, cands.job_counts(s, job_id), measurements.job_best(s, job_id),
-                        measurements.job_best(s, job_id, LIBRARY_BACKENDS),
-                        measurements.job_best(s, job_id, TRITON), now,
-                        decisions.of_job(s, job_id))
+        best = measurements.job_best(s, job_id)
+        library = measurements.job_best(s, job_id, LIBRARY_BACKENDS)
+        decision = decisions.of_job(s, job_id)
+        # once decided, the job's best is the decision's pick (as GET /v1/best answers): a
+        # custom kernel faster only in the search, tied in the verification, is not the best
+        chosen = decisions.chosen_measurement(s, decision) if decision is not None else None
+        if chosen is not None:
+            best = chosen
+            if decision.chosen == "library":  # type: ignore[union-attr]
+                library = chosen
+        return JobState(job, cands.job_counts(s, job_id), best, library,
+                        measurements.job_best(s, job_id, TRITON), now, decision)
 
     def _fits(self, job: JobRecord, device: Device) -> bool:
         allowed = job.bound_backends if job.bound_backends is not None else job.backends

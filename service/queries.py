@@ -38,10 +38,9 @@ def find_best(db: Database, problem: GemmProblem, gpu: str | None) -> BestAnswer
         library = measurements.problem_best(s, record.id, gpu_model, LIBRARY_BACKENDS)
         decision = decisions.current(s, record.id, gpu_model)
         if decision is not None:
-            pick = (decision.evidence.get(decision.chosen) or {}).get("candidate_id")
-            chosen = measurements.of_candidates(s, [int(pick)]).get(int(pick)) if pick else None
-            if chosen is not None and chosen.median_us is not None:
+            chosen = decisions.chosen_measurement(s, decision)
+            if chosen is not None:
                 best = chosen
-            if decision.chosen == "library" and chosen is not None:
-                library = chosen
+                if decision.chosen == "library":
+                    library = chosen
         return BestAnswer(record, gpu_model, best, library, decision)

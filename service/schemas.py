@@ -128,6 +128,9 @@ class PolicyIn(_In):
                                                           "may spend building new operations "
                                                           "(knob variants of built ones are "
                                                           "free)")] = 900.0
+    cublas_first: bool = Field(True, description="measure cuBLAS before the CUTLASS seeds and "
+                                                 "skip the seeds when cuBLAS alone reaches the "
+                                                 "threshold")
 
 
 class ReopenIn(_In):
@@ -188,9 +191,10 @@ class JobOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     progress: ProgressOut
-    best: MeasurementOut | None
+    best: MeasurementOut | None = Field(description="the decision's pick once decided (as "
+                                               "GET /v1/best), else the fastest measured")
     library_best: MeasurementOut | None
-    custom_best: MeasurementOut | None
+    custom_best: MeasurementOut | None = Field(description="the fastest custom kernel measured")
     speedup: float | None = Field(description="library_best median / best median")
     error: str | None
     policy: dict[str, Any] = {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 import traceback
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from search.types import Candidate, Measurement, Status, Task
@@ -44,6 +44,10 @@ class ExecuteOptions:
     target_ms: float = 50.0
     min_reps: int = 10
     max_reps: int = 500
+    # A verification round is one of >= 5 per contender, and the rounds' spread is its
+    # evidence: 100 calls a round (5 rounds: as many as one search measurement) keep a
+    # 15 us kernel's verification from costing ten search measurements.
+    verify_max_reps: int = 100
     flush_l2: bool = True
     flush_mode: str = "read"  # or "write": see workers.bench.EventBench
     interpreter_reps: int = 3
@@ -223,8 +227,10 @@ def _task(cand: Candidate, opts: ExecuteOptions, env: dict[str, Any], cuda: bool
     try:
         if cand.backend == Task.CALIBRATE.value:
             return tasks.calibrate(env, _bench(opts, cuda), cuda).to_dict()
-        return tasks.verify(cand, env, _bench(opts, cuda), cuda, _n_sets(opts, cand, cuda),
-                            seed).to_dict()
+        per_round = replace(opts, max_reps=max(opts.min_reps,
+                                               min(opts.max_reps, opts.verify_max_reps)))
+        return tasks.verify(cand, env, _bench(per_round, cuda), cuda,
+                            _n_sets(opts, cand, cuda), seed).to_dict()
     except Exception as exc:  # noqa: BLE001
         return _failure(classify(exc), exc, env)
 

@@ -196,14 +196,18 @@ def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets:
                                extra={f"{side}_rel_error": err})
         calls[side] = fns
     times: dict[str, list[float]] = {"library": [], "custom": []}
+    reps: list[int] = []
     for r in range(rounds):
         order = ("library", "custom") if r % 2 == 0 else ("custom", "library")
         for side in order:
-            times[side].append(bench(calls[side]).median_us)
+            timing = bench(calls[side])
+            times[side].append(timing.median_us)
+            reps.append(timing.reps)
     lib, cus = times["library"], times["custom"]
     return Measurement(
         status=Status.OK, median_us=statistics.median(cus), p20_us=min(cus), p80_us=max(cus),
         reps=rounds, rel_error=errors["custom"], bench_s=time.perf_counter() - t0,
         env={**env, "input_sets": n_sets},
         extra={"library_us": lib, "custom_us": cus, "library_rel_error": errors["library"],
-               "custom_rel_error": errors["custom"], "order": "alternating, library first"})
+               "custom_rel_error": errors["custom"], "order": "alternating, library first",
+               "round_reps": reps})

@@ -39,6 +39,10 @@ _TIER_PARAMS = {
 }
 
 
+_BLOCK_M = (16, 32, 64, 128, 256)
+_BLOCK_N = (32, 64, 128, 256)
+
+
 @dataclass(frozen=True)
 class Choice:
     """One dimension: a name and the values it may take (ordered, small first)."""
@@ -79,8 +83,8 @@ def space(problem: GemmProblem, tier: str | None = None) -> tuple[Choice, ...]:
     elif tier is not None and tier not in _TIER_PARAMS:
         raise ValueError(f"unknown tier {tier!r}; one of {TIERS}")
     return (
-        Choice("BLOCK_M", _up_to((16, 32, 64, 128, 256), problem.m)),
-        Choice("BLOCK_N", _up_to((32, 64, 128, 256), problem.n)),
+        Choice("BLOCK_M", _up_to(_BLOCK_M, problem.m)),
+        Choice("BLOCK_N", _up_to(_BLOCK_N, problem.n)),
         Choice("BLOCK_K", _up_to((32, 64, 128, 256), problem.k)),
         Choice("GROUP_M", (1, 4, 8, 16)),
         Choice("SPLIT_K", split_k),
@@ -117,8 +121,20 @@ def tier_plans(problem: GemmProblem, *, mode: str, cc: str, sm_count: int,
         precision = (False, "the job's policy does not allow tf32")
     else:
         precision = (True, "fp32 inputs, tf32 allowed by the policy")
-    reasons = {"tiles": (True, "always"), "split_k": split, "hopper": hopper,
-               "precision": precision}
+    tiles = (True, "always")
+    # Without a split, a kernel has one CTA per output tile. Where even the smallest tiles
+    # leave three SMs in four idle and splitting K can fill them, the unsplit tiers cannot
+    # compete: on the H100, 64x64x65536 unsplit took 104 us (tiles) and 135 us (persistent)
+    # against 14.7 us split (docs/benchmarks/raw/agent_run5/). Split-K covers the shape alone.
+    bm, bn = _up_to(_BLOCK_M, problem.m)[0], _up_to(_BLOCK_N, problem.n)[0]
+    ctas = -(-problem.m // bm) * -(-problem.n // bn) * problem.batch
+    if split[0] and 4 * ctas < sms <= ctas * max(_splits(problem)):
+        unsplit = (f"without a split at most {ctas} CTAs ({bm}x{bn} tiles) run on the {sms} SMs "
+                   f"({ctas / sms:.0%}); the split-K tier searches this shape")
+        tiles = (False, unsplit)
+        if hopper[0]:
+            hopper = (False, unsplit)
+    reasons = {"tiles": tiles, "split_k": split, "hopper": hopper, "precision": precision}
     # The persistent kernel refines the tiled one: on an H100 it gained 0-3% over the same
     # tiles (docs/benchmarks/raw/variants); 10% bounds what the tier can be expected to add.
     gains = {"hopper": 0.10}

@@ -26,6 +26,7 @@ from search.agent import (
     tier_progress,
 )
 from search.roofline import Calibration, roofline
+from search.spaces.triton_gemm import tier_plans
 from search.types import GemmProblem
 from tests.search.agent_replay import (
     H100_REPLAY_CALIBRATION,
@@ -243,13 +244,19 @@ def test_agent_speedup_within_three_percent_of_the_full_search(key: str) -> None
 
 
 def test_tier_budgets_roll_over_and_inapplicable_tiers_are_explained() -> None:
-    d = run_shape(LONG_K, POLICY)
+    d = run_shape(DECODE, POLICY)
     tiers = {t["tier"]: t for t in d.tiers}
     assert tiers["tiles"]["trials"] + tiers["split_k"]["trials"] <= 64
-    # unsplit tiles are hopeless on 64x64x65536: the probe stops the tier, the rest moves on
-    assert tiers["tiles"]["trials"] == POLICY.probe
-    assert "not promising" in tiers["tiles"]["reason"]
+    # the tiles tier stalled early: split-K's budget is what the tiles tier left of 64
+    assert "stalled" in tiers["tiles"]["reason"]
+    assert tiers["tiles"]["trials"] < tiers["tiles"]["budget"]
     assert tiers["split_k"]["budget"] == 64 - tiers["tiles"]["trials"]
+    # unsplit kernels are hopeless on 64x64x65536 (8 CTAs for 132 SMs): split-K alone runs
+    # and gets the whole budget; the unsplit tiers say why they were skipped
+    long_k = {t["tier"]: t for t in run_shape(LONG_K, POLICY).tiers}
+    assert long_k["split_k"]["budget"] == 64 and long_k["split_k"]["trials"] > 0
+    assert long_k["tiles"]["trials"] == 0
+    assert long_k["tiles"]["reason"].startswith("skipped: without a split at most 8 CTAs")
     ragged = run_shape(RAGGED, POLICY)
     skipped = {t["tier"]: t for t in ragged.tiers}["split_k"]
     assert skipped["trials"] == 0 and skipped["reason"].startswith("skipped")
@@ -326,3 +333,21 @@ def test_a_refinement_tier_that_cannot_close_the_gap_is_skipped() -> None:
     # with a bounded gain that could close it, the tier runs
     close = replace(ev, trials=(lib, *[replace(t, median_us=22.5) for t in tiles]))
     assert isinstance(plan(close).actions[-1], Search)
+
+
+@pytest.mark.parametrize(("m", "n", "k", "unsplit"), [
+    (64, 64, 65536, False),   # 8 CTAs unsplit; 128 splits fill the SMs
+    (128, 128, 65536, False),  # 32 CTAs: still under a quarter of 132
+    (64, 64, 512, True),      # split-K applies but two splits of 8 CTAs fill nothing either
+    (256, 256, 65536, True),  # 128 CTAs of 16x32: unsplit kernels can fill the SMs
+    (16, 4096, 4096, True),
+])
+def test_unsplit_tiers_are_skipped_only_where_split_k_alone_can_fill_the_sms(
+        m: int, n: int, k: int, unsplit: bool) -> None:
+    plans = {t.name: t for t in tier_plans(GemmProblem(m, n, k), mode="cuda", cc="9.0",
+                                           sm_count=132, allow_tf32=False)}
+    assert plans["split_k"].applicable
+    assert plans["tiles"].applicable is unsplit and plans["hopper"].applicable is unsplit
+    if not unsplit:
+        assert "CTAs" in plans["tiles"].reason and "on the 132 SMs" in plans["tiles"].reason
+        assert plans["hopper"].reason == plans["tiles"].reason

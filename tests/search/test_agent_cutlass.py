@@ -185,3 +185,39 @@ def test_a_cutlass_search_that_cannot_beat_the_library_is_skipped() -> None:
     near = device(Policy(), search, seed_us=2.1)
     near.run()
     assert stages(near)[0] == CUTLASS_TIER
+
+
+def test_a_sufficient_cublas_ends_the_job_before_the_cutlass_seeds_are_measured() -> None:
+    """cuBLAS at 98% of the roofline (FAKE CUTLASS seeds 10% faster still): the first stage
+    measures cuBLAS alone and decides on it, naming the seeds it did not measure; without
+    ``cublas_first`` the seeds are measured and, being faster, are the library's pick."""
+    def dev(policy: Policy) -> ReplayDevice:
+        return ReplayDevice(PROBLEM, recorded()[SQUARE], policy, library_us=ATTAINABLE / 0.98,
+                            cutlass_seed_us=ATTAINABLE / 0.98 / 1.1, cutlass_search=[])
+
+    first = dev(Policy())
+    d = first.run()
+    asked = [line for line in first.log if "MeasureLibrary" in line]
+    assert len(asked) == 1 and "cutlass" not in asked[0] and "cublas" in asked[0]
+    assert d.verdict == Verdict.LIBRARY_SUFFICIENT and d.library is not None
+    assert d.library.backend == "cublas"
+    assert [t["backend"] for t in d.library_trials] == ["cublas"]
+    assert d.spend["library"]["trials"] == 1
+    assert "The 2 CUTLASS seeds were not measured" in d.rationale
+
+    both = dev(Policy(cublas_first=False))
+    d = both.run()
+    assert sorted(t["backend"] for t in d.library_trials) == ["cublas", "cutlass", "cutlass"]
+    assert d.verdict == Verdict.LIBRARY_SUFFICIENT and d.library is not None
+    assert d.library.backend == "cutlass" and "not measured" not in d.rationale
+
+
+def test_cublas_short_of_the_threshold_releases_the_cutlass_seeds_after_it() -> None:
+    """cuBLAS at 50%: it is measured first, then the seeds (one request each), then the
+    CUTLASS search; a job without CUTLASS seeds is unaffected."""
+    dev = device(Policy(), [(op(1), 1.5 * ATTAINABLE, 0.0)], seed_us=1.6)
+    d = dev.run()
+    asked = [line for line in dev.log if "MeasureLibrary" in line]
+    assert len(asked) == 2 and "cutlass" not in asked[0] and "cublas" not in asked[1]
+    assert sum(t["backend"] == "cutlass" and not t["search"] for t in d.library_trials) == 2
+    assert "not measured" not in d.rationale

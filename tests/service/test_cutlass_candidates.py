@@ -35,8 +35,12 @@ def test_a_cutlass_worker_measures_cutlass_library_candidates_first(
     job = driver.submit({"max_trials": 8}, policy=AGENT)
     w = driver.register(backends=WITH_CUTLASS)
     grant = driver.lease(w, n=16)
+    # cuBLAS first: the CUTLASS seeds wait until it falls short of the threshold
+    assert [c["backend"] for c in grant["candidates"]] == ["cublas"]
+    _answer(driver, w, grant, {"cublas": 2 * ATTAINABLE_US})
+    grant = driver.lease(w, n=16)
     backends = [c["backend"] for c in grant["candidates"]]
-    assert sorted(backends) == ["cublas"] + ["cutlass"] * 6  # library stage: no Triton yet
+    assert backends == ["cutlass"] * 6  # library stage: no Triton yet
     ops = [c["config"] for c in grant["candidates"] if c["backend"] == "cutlass"]
     assert all(set(cfg) == {"op", "raster", "swizzle", "splits"} for cfg in ops)
     assert all(cfg["op"].startswith("cutlass3x_sm90_") and "_f16_" in cfg["op"] for cfg in ops)
@@ -54,6 +58,27 @@ def test_a_cutlass_worker_measures_cutlass_library_candidates_first(
     assert all(t["status"] == "ok" and t["median_us"] > 0 for t in listed)
     assert state["library_best"]["backend"] == "cutlass"
     assert d["notes"] == []
+
+
+def test_a_sufficient_cublas_ends_the_job_without_the_cutlass_seeds(
+        client: TestClient, driver: Any) -> None:
+    job = driver.submit({"max_trials": 8}, policy=AGENT)
+    w = driver.register(backends=WITH_CUTLASS)
+    grant = driver.lease(w, n=16)
+    assert [c["backend"] for c in grant["candidates"]] == ["cublas"]
+    _answer(driver, w, grant, {"cublas": ATTAINABLE_US / 0.95})
+    state = driver.job(job["id"])
+    assert state["status"] == "done"
+    d = state["decision"]
+    assert d["verdict"] == "library_sufficient" and d["backend"] == "cublas"
+    assert [t["backend"] for t in d["library_trials"]] == ["cublas"]
+    assert "The 6 CUTLASS seeds were not measured" in d["rationale"]
+    # the policy can ask for the seeds anyway
+    job = driver.submit({"max_trials": 8}, policy={**AGENT, "cublas_first": False},
+                        problem={"kind": "gemm", "m": 1024, "n": 512, "k": 512,
+                                 "dtype": "fp16"})
+    grant = driver.lease(w, n=16)
+    assert sorted(c["backend"] for c in grant["candidates"]) == ["cublas"] + ["cutlass"] * 6
 
 
 def test_a_worker_without_cutlass_never_gets_cutlass_candidates(

@@ -71,10 +71,19 @@ def test_a_tie_in_the_verification_goes_to_the_library(client: TestClient,
     _lease_and_answer(driver, w, {"cublas": lib_us})
     # 0.2% faster in the search, inside the +-0.5% round-to-round jitter of the re-measure
     driver.run_all(w, median_of=lambda c: lib_us if c["backend"] == "cublas" else lib_us * 0.998)
-    d = driver.job(job["id"])["decision"]
+    state = driver.job(job["id"])
+    d = state["decision"]
     assert d["verdict"] == "library_wins_after_search" and d["verified"]
     assert d["chosen"] == "library"
     assert "tie" in d["rationale"]
+    # the job's best is the decision's pick, as GET /v1/best answers; the faster-in-search
+    # custom kernel stays visible as custom_best
+    assert state["best"]["backend"] == "cublas" and state["speedup"] == 1.0
+    assert state["custom_best"]["backend"] == "triton"
+    assert state["custom_best"]["median_us"] < state["best"]["median_us"]
+    best = client.get("/v1/best", params={"m": 512, "n": 512, "k": 512, "dtype": "fp16",
+                                          "gpu": state["gpu"]}).json()
+    assert best["candidate_id"] == state["best"]["candidate_id"]
 
 
 def test_a_wrong_result_on_the_recheck_keeps_the_library(client: TestClient,

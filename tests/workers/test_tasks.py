@@ -102,6 +102,33 @@ def test_verification_rechecks_and_times_both_interleaved(where: str) -> None:
     assert len(m.extra["library_us"]) == len(m.extra["custom_us"]) == 5
     assert all(t > 0 for t in m.extra["library_us"] + m.extra["custom_us"])
     assert m.extra["custom_rel_error"] < 2e-3 and m.extra["library_rel_error"] < 2e-3
+    # each round times at most verify_max_reps calls (a few-us kernel would get 500 otherwise)
+    assert len(m.extra["round_reps"]) == 10
+    assert all(1 <= r <= 100 for r in m.extra["round_reps"])
+    if CUDA:
+        assert max(m.extra["round_reps"]) == 100
+
+
+def test_verification_rounds_are_timed_under_the_verify_rep_cap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import workers.execute as ex
+
+    seen: list[tuple[int, int]] = []
+    real = ex._bench
+
+    def spy(opts: ex.ExecuteOptions, cuda: bool) -> object:
+        seen.append((opts.max_reps, opts.min_reps))
+        return real(opts, cuda)
+
+    monkeypatch.setattr(ex, "_bench", spy)
+    cand = Candidate(problem=PROBLEM, backend="verify", config=_verify_config(TILE))
+    m = Measurement.from_dict(execute(cand.to_dict(), {**OPTS, "verify_max_reps": 40}))
+    assert m.status == Status.OK, m.error
+    assert seen == [(40, 10)]
+    # a search measurement keeps the full cap
+    seen.clear()
+    run("triton", TILE)
+    assert seen == [(500, 10)]
 
 
 def test_verification_fails_clearly_on_a_contender_it_cannot_run() -> None:
