@@ -60,6 +60,16 @@ def gpu_s(decision: dict[str, Any] | None, *, with_calibration: bool = False) ->
                if with_calibration or k != "calibration")
 
 
+#: The decision's spend stages, in the order the agent runs them (calibration left out).
+STAGES = ("library", "cutlass", "custom", "verify")
+
+
+def stage_gpu_s(decision: dict[str, Any] | None) -> dict[str, float]:
+    """GPU-seconds per stage of a decision (0 for a stage it did not run)."""
+    spend = (decision or {}).get("spend") or {}
+    return {k: float((spend.get(k) or {}).get("gpu_s", 0.0)) for k in STAGES}
+
+
 def job_trials(cluster: LocalCluster, job: dict[str, Any]) -> list[dict[str, Any]]:
     """Every measurement of the job (each mode has its own database), oldest first."""
     items: list[dict[str, Any]] = []
@@ -199,6 +209,7 @@ def main() -> None:
             "agent_status": a.get("status"), "full_status": f.get("status"),
             "agent_vs_cublas": da.get("speedup_vs_cublas"),
             "full_vs_cublas": df.get("speedup_vs_cublas"),
+            "agent_spend": stage_gpu_s(da), "full_spend": stage_gpu_s(df),
         })
         ratio = row["agent_gpu_s"] / row["full_gpu_s"] if row["full_gpu_s"] else None
         row["gpu_ratio"] = ratio
@@ -253,6 +264,14 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             f"{_f(r.get('full_vs_cublas'), '{:.3f}')} | {_f(r.get('noise'), '{:.1%}')} | "
             f"{r['target']} | "
             f"{'yes' if r['met'] else 'NO'} |")
+    spent = [r for r in rows if "agent_spend" in r]
+    if spent:
+        lines += ["", "GPU-seconds by stage (agent / full): " + ", ".join(STAGES), "",
+                  "| shape | dtype | " + " | ".join(STAGES) + " |",
+                  "|---|---|" + "---|" * len(STAGES)]
+        for r in spent:
+            cells = [f"{r['agent_spend'][k]:.2f} / {r['full_spend'][k]:.2f}" for k in STAGES]
+            lines.append(f"| {r['shape']} | {r['dtype']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

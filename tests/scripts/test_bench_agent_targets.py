@@ -46,3 +46,17 @@ def test_the_target_follows_the_full_searchs_gain_over_cublas(
     got = bench_agent.target({"full_vs_cublas": full, "agent_vs_cublas": agent,
                               "gpu_ratio": ratio, "noise": 0.02})
     assert got["target"].startswith(want) and got["met"] is met
+
+
+def test_the_report_splits_gpu_seconds_by_stage() -> None:
+    d = {"spend": {"calibration": {"gpu_s": 9.0}, "library": {"gpu_s": 0.2},
+                   "custom": {"gpu_s": 3.5}, "verify": {"gpu_s": 0.5}}}
+    assert bench_agent.stage_gpu_s(d) == {"library": 0.2, "cutlass": 0.0, "custom": 3.5,
+                                          "verify": 0.5}
+    assert bench_agent.stage_gpu_s(None) == dict.fromkeys(bench_agent.STAGES, 0.0)
+    row = {"shape": "64x64x65536", "dtype": "bf16", "agent_spend": bench_agent.stage_gpu_s(d),
+           "full_spend": {**bench_agent.stage_gpu_s(d), "custom": 12.25}}
+    lines = bench_agent.render({"gpu": "g", "torch": "t", "cuda": "c", "triton": "x",
+                                "date": "d", "trials": 64}, [{**row, "note": "n"}]).splitlines()
+    assert "| 64x64x65536 | bf16 | 0.20 / 0.20 | 0.00 / 0.00 | 3.50 / 12.25 | 0.50 / 0.50 |" \
+        in lines
