@@ -10,9 +10,8 @@ another replica, picks up exactly where the last one was.
 Stages::
 
     calibrate + library  ->  verdict 1: efficiency = attainable / library time
-                         (cuBLAS first: the CUTLASS seeds are measured only when cuBLAS
-                         falls short of the threshold, so a sufficient cuBLAS costs one
-                         measurement)
+                         (cuBLAS and the best-ranked CUTLASS seed first; the other seeds
+                         only when those fall short of the threshold)
         >= threshold  ->  library_sufficient (stop: no custom trial is spent)
         else          ->  CUTLASS search (when the job allows CUTLASS and it serves the
                           problem): Optuna over CUTLASS configurations within a trial and a
@@ -72,7 +71,11 @@ class Policy:
     the agent is benchmarked against); ``force_custom`` skips verdict 1. ``cutlass_trials``
     and ``cutlass_compile_s`` bound the CUTLASS search (0 trials: no search): compiling a new
     CUTLASS operation costs about a minute of nvcc, far more than measuring one, so it has a
-    budget of its own."""
+    budget of its own. ``first_cutlass_seeds``: when verdict 1 is asked, the first stage
+    measures cuBLAS and only this many of the best-ranked CUTLASS seeds, and the other seeds
+    only if those fall short of the threshold: they can no longer change the verdict, only
+    refine the library's pick, and on the H100 they did that by more than the noise nowhere
+    (``docs/benchmarks/agent_h100_2026-11-22.md``, runs 5-7)."""
 
     threshold: float = 0.9
     force_custom: bool = False
@@ -87,7 +90,7 @@ class Policy:
     verify_margin: float = 0.03
     cutlass_trials: int = 12
     cutlass_compile_s: float = 900.0
-    cublas_first: bool = True
+    first_cutlass_seeds: int = 1
 
     def __post_init__(self) -> None:
         checks = {
@@ -100,6 +103,7 @@ class Policy:
             "verify_margin": self.verify_margin >= 0,
             "cutlass_trials": self.cutlass_trials >= 0,
             "cutlass_compile_s": 0 <= self.cutlass_compile_s < math.inf,
+            "first_cutlass_seeds": self.first_cutlass_seeds >= 0,
         }
         for name, ok in checks.items():
             if not ok:
@@ -510,10 +514,12 @@ def plan(ev: Evidence) -> Plan:
     wanted = tuple((b, c) for b, c in ev.library_configs
                    if (b, config_key(dict(c))) not in have)
     skip_verdict1 = pol.force_custom or pol.full_search or not ev.library_configs
-    held = 0  # CUTLASS seeds held back because cuBLAS alone answers verdict 1
-    if pol.cublas_first and not skip_verdict1 and _cublas_answers(ev, need_cal):
-        held = sum(b == Backend.CUTLASS for b, _ in wanted)
-        wanted = tuple(w for w in wanted if w[0] != Backend.CUTLASS)
+    held = 0  # CUTLASS seeds held back because the first wave answers verdict 1
+    first = _first_wave(ev)
+    if not skip_verdict1 and _first_wave_answers(ev, first, need_cal):
+        keys = {(b, config_key(dict(c))) for b, c in first}
+        held = sum((b, config_key(dict(c))) not in keys for b, c in wanted)
+        wanted = tuple(w for w in wanted if (w[0], config_key(dict(w[1]))) in keys)
     if wanted:
         actions.append(MeasureLibrary(wanted))
 
@@ -583,20 +589,35 @@ def plan(ev: Evidence) -> Plan:
         ev, cut, _decide_after_search(ev, rf, lib, cus, progress))),))
 
 
-def _cublas_answers(ev: Evidence, need_cal: bool) -> bool:
-    """Whether the CUTLASS seeds wait for cuBLAS: the job has both, and cuBLAS is still being
-    measured (or the calibration is), or it is measured and reaches the threshold on its own.
-    Once cuBLAS falls short, or cannot be judged (it failed, or there is no roofline), the
-    seeds are measured: they may be the library's best."""
-    vendor = [(b, config_key(dict(c))) for b, c in ev.library_configs if b != Backend.CUTLASS]
-    if not vendor or len(vendor) == len(ev.library_configs):
+def _first_wave(ev: Evidence) -> list[tuple[str, Mapping[str, Any]]]:
+    """The first stage's first wave: cuBLAS and the ``policy.first_cutlass_seeds`` best-ranked
+    CUTLASS seeds (``library_configs`` lists them in rank order)."""
+    out, seeds = [], 0
+    for b, c in ev.library_configs:
+        if b == Backend.CUTLASS:
+            seeds += 1
+            if seeds > ev.policy.first_cutlass_seeds:
+                continue
+        out.append((b, c))
+    return out
+
+
+def _first_wave_answers(ev: Evidence, first: Sequence[tuple[str, Mapping[str, Any]]],
+                        need_cal: bool) -> bool:
+    """Whether the other CUTLASS seeds wait for the first wave: the job has cuBLAS and seeds
+    beyond the wave, and the wave is still being measured (or the calibration is), or it is
+    measured and reaches the threshold. Once it falls short, or cannot be judged (nothing ran
+    correctly, or there is no roofline), every seed is measured: one may be the library's
+    best, and the verdict is asked on all of them."""
+    if len(first) == len(ev.library_configs) or not any(b != Backend.CUTLASS for b, _ in first):
         return False
-    first = [t for t in ev.library if t.tier is None
-             and (t.backend, config_key(dict(t.config))) in vendor]
-    if len(first) < len(vendor) or any(not t.done for t in first) or need_cal:
+    keys = {(b, config_key(dict(c))) for b, c in first}
+    done = [t for t in ev.library if t.tier is None
+            and (t.backend, config_key(dict(t.config))) in keys]
+    if len(done) < len(keys) or any(not t.done for t in done) or need_cal:
         return True
     rf = roofline(ev.problem, ev.calibration, ev.policy.allow_tf32)
-    best = _best(first)
+    best = _best(done)
     return bool(rf and best and rf.efficiency(best.median_us) >= ev.policy.threshold)
 
 
@@ -677,9 +698,10 @@ def _decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial,
            f"{eff:.0%} of the attainable, at or above the {ev.policy.threshold:.0%} threshold: "
            "the library is sufficient and no custom kernel was tried.")
     if held:
-        seeds = f"{held} CUTLASS seeds were" if held > 1 else "CUTLASS seed was"
-        why += (f" The {seeds} not measured: cuBLAS reached the threshold on its own "
-                "(policy cublas_first).")
+        seeds = f"{held} other CUTLASS seeds were" if held > 1 else "other CUTLASS seed was"
+        why += (f" The {seeds} not measured: the library reached the threshold without "
+                f"{'them' if held > 1 else 'it'} (policy first_cutlass_seeds="
+                f"{ev.policy.first_cutlass_seeds}).")
     return Decision(Verdict.LIBRARY_SUFFICIENT, why, _pick(lib, rf), None, rf, 1.0, False,
                     _spend(ev), (), ev.policy.to_dict())
 

@@ -128,9 +128,10 @@ class PolicyIn(_In):
                                                           "may spend building new operations "
                                                           "(knob variants of built ones are "
                                                           "free)")] = 900.0
-    cublas_first: bool = Field(True, description="measure cuBLAS before the CUTLASS seeds and "
-                                                 "skip the seeds when cuBLAS alone reaches the "
-                                                 "threshold")
+    first_cutlass_seeds: Annotated[int, Field(
+        strict=True, ge=0, le=1000,
+        description="CUTLASS seeds measured with cuBLAS before verdict 1 (the best-ranked); "
+                    "the other seeds only when these fall short of the threshold")] = 1
 
 
 class ReopenIn(_In):

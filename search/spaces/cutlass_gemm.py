@@ -169,13 +169,22 @@ _TILE_EFF = {64 * 128: 0.62, 64 * 256: 0.78, 128 * 128: 0.80, 128 * 256: 0.95, 2
              256 * 256: 0.93}
 
 
+#: fp8 kernels without fast accumulation promote the WGMMA accumulator into fp32 every few
+#: k-blocks: on the H100 each was 1.1-3.2x slower than its FP8FastAccum twin at 4096^3 (320 vs
+#: 100 us for 128x256x128 2x1x1; ``tests/data/h100_cutlass_trials.json``)
+_FP8_PROMOTION_PENALTY = 1.5
+
+
 def _schedule_penalty(op: OpLike) -> float:
     s = op.kernel_schedule
+    fp8 = 1.0
+    if op.dtype_a.startswith("fp8") and "FastAccum" not in s:
+        fp8 = _FP8_PROMOTION_PENALTY
     if s.startswith("CpAsync"):
-        return 1.25  # no TMA: loads through registers, unaligned-friendly but slower
+        return 1.25 * fp8  # no TMA: loads through registers, unaligned-friendly but slower
     if not is_persistent(op):
-        return 1.08  # a CTA per tile: launch and prologue per tile
-    return 1.0
+        return 1.08 * fp8  # a CTA per tile: launch and prologue per tile
+    return fp8
 
 
 #: fp32 accumulators one thread can hold without spilling (of the 255 registers an SM90 thread

@@ -187,10 +187,11 @@ def test_a_cutlass_search_that_cannot_beat_the_library_is_skipped() -> None:
     assert stages(near)[0] == CUTLASS_TIER
 
 
-def test_a_sufficient_cublas_ends_the_job_before_the_cutlass_seeds_are_measured() -> None:
-    """cuBLAS at 98% of the roofline (FAKE CUTLASS seeds 10% faster still): the first stage
-    measures cuBLAS alone and decides on it, naming the seeds it did not measure; without
-    ``cublas_first`` the seeds are measured and, being faster, are the library's pick."""
+def test_a_sufficient_first_wave_ends_the_job_before_the_other_seeds_are_measured() -> None:
+    """cuBLAS at 98% of the roofline, FAKE CUTLASS seeds 10% faster: the first wave is cuBLAS
+    and the best-ranked seed, it reaches the threshold, and the job ends there naming the seed
+    it did not measure; ``first_cutlass_seeds=0`` measures cuBLAS alone, and a wave as large
+    as the seeds measures them all at once."""
     def dev(policy: Policy) -> ReplayDevice:
         return ReplayDevice(PROBLEM, recorded()[SQUARE], policy, library_us=ATTAINABLE / 0.98,
                             cutlass_seed_us=ATTAINABLE / 0.98 / 1.1, cutlass_search=[])
@@ -198,26 +199,34 @@ def test_a_sufficient_cublas_ends_the_job_before_the_cutlass_seeds_are_measured(
     first = dev(Policy())
     d = first.run()
     asked = [line for line in first.log if "MeasureLibrary" in line]
-    assert len(asked) == 1 and "cutlass" not in asked[0] and "cublas" in asked[0]
+    assert len(asked) == 1 and "cublas" in asked[0] and "fake_op_0" in asked[0]
+    assert "fake_op_1" not in asked[0]
     assert d.verdict == Verdict.LIBRARY_SUFFICIENT and d.library is not None
-    assert d.library.backend == "cublas"
+    assert d.library.backend == "cutlass"  # the faster library kernel of the wave
+    assert sorted(t["backend"] for t in d.library_trials) == ["cublas", "cutlass"]
+    assert "The other CUTLASS seed was not measured" in d.rationale
+    assert "first_cutlass_seeds=1" in d.rationale
+
+    alone = dev(Policy(first_cutlass_seeds=0))
+    d = alone.run()
     assert [t["backend"] for t in d.library_trials] == ["cublas"]
-    assert d.spend["library"]["trials"] == 1
-    assert "The 2 CUTLASS seeds were not measured" in d.rationale
+    assert d.library is not None and d.library.backend == "cublas"
+    assert "The 2 other CUTLASS seeds were not measured" in d.rationale
 
-    both = dev(Policy(cublas_first=False))
+    both = dev(Policy(first_cutlass_seeds=2))
     d = both.run()
+    assert len([line for line in both.log if "MeasureLibrary" in line]) == 1
     assert sorted(t["backend"] for t in d.library_trials) == ["cublas", "cutlass", "cutlass"]
-    assert d.verdict == Verdict.LIBRARY_SUFFICIENT and d.library is not None
-    assert d.library.backend == "cutlass" and "not measured" not in d.rationale
+    assert "not measured" not in d.rationale
 
 
-def test_cublas_short_of_the_threshold_releases_the_cutlass_seeds_after_it() -> None:
-    """cuBLAS at 50%: it is measured first, then the seeds (one request each), then the
-    CUTLASS search; a job without CUTLASS seeds is unaffected."""
+def test_a_first_wave_short_of_the_threshold_releases_the_other_seeds() -> None:
+    """cuBLAS at 50%, the first seed at 1.6x the attainable: the other seed is measured next
+    (one request each), then the CUTLASS search; a job without CUTLASS seeds is unaffected."""
     dev = device(Policy(), [(op(1), 1.5 * ATTAINABLE, 0.0)], seed_us=1.6)
     d = dev.run()
     asked = [line for line in dev.log if "MeasureLibrary" in line]
-    assert len(asked) == 2 and "cutlass" not in asked[0] and "cublas" not in asked[1]
+    assert len(asked) == 2 and "fake_op_1" not in asked[0] and "cublas" not in asked[1]
+    assert "fake_op_1" in asked[1]
     assert sum(t["backend"] == "cutlass" and not t["search"] for t in d.library_trials) == 2
     assert "not measured" not in d.rationale

@@ -35,18 +35,19 @@ def test_a_cutlass_worker_measures_cutlass_library_candidates_first(
     job = driver.submit({"max_trials": 8}, policy=AGENT)
     w = driver.register(backends=WITH_CUTLASS)
     grant = driver.lease(w, n=16)
-    # cuBLAS first: the CUTLASS seeds wait until it falls short of the threshold
-    assert [c["backend"] for c in grant["candidates"]] == ["cublas"]
-    _answer(driver, w, grant, {"cublas": 2 * ATTAINABLE_US})
+    # cuBLAS and the best-ranked seed first: the other seeds wait until those fall short
+    first = grant["candidates"]
+    assert sorted(c["backend"] for c in first) == ["cublas", "cutlass"]
+    _answer(driver, w, grant, {"cublas": 2 * ATTAINABLE_US, "cutlass": 2 * ATTAINABLE_US})
     grant = driver.lease(w, n=16)
     backends = [c["backend"] for c in grant["candidates"]]
-    assert backends == ["cutlass"] * 6  # library stage: no Triton yet
-    ops = [c["config"] for c in grant["candidates"] if c["backend"] == "cutlass"]
+    assert backends == ["cutlass"] * 5  # library stage: no Triton yet
+    ops = [c["config"] for c in first + grant["candidates"] if c["backend"] == "cutlass"]
     assert all(set(cfg) == {"op", "raster", "swizzle", "splits"} for cfg in ops)
     assert all(cfg["op"].startswith("cutlass3x_sm90_") and "_f16_" in cfg["op"] for cfg in ops)
     assert len({cfg["op"] for cfg in ops}) == 6
-    # CUTLASS at 95% of the roofline, cuBLAS at half: the library (CUTLASS) is sufficient
-    _answer(driver, w, grant, {"cutlass": ATTAINABLE_US / 0.95, "cublas": 2 * ATTAINABLE_US})
+    # the other CUTLASS seeds at 95% of the roofline: the library (CUTLASS) is sufficient
+    _answer(driver, w, grant, {"cutlass": ATTAINABLE_US / 0.95})
     state = driver.job(job["id"])
     assert state["status"] == "done"
     d = state["decision"]
@@ -60,21 +61,21 @@ def test_a_cutlass_worker_measures_cutlass_library_candidates_first(
     assert d["notes"] == []
 
 
-def test_a_sufficient_cublas_ends_the_job_without_the_cutlass_seeds(
+def test_a_sufficient_first_wave_ends_the_job_without_the_other_seeds(
         client: TestClient, driver: Any) -> None:
     job = driver.submit({"max_trials": 8}, policy=AGENT)
     w = driver.register(backends=WITH_CUTLASS)
     grant = driver.lease(w, n=16)
-    assert [c["backend"] for c in grant["candidates"]] == ["cublas"]
-    _answer(driver, w, grant, {"cublas": ATTAINABLE_US / 0.95})
+    assert sorted(c["backend"] for c in grant["candidates"]) == ["cublas", "cutlass"]
+    _answer(driver, w, grant, {"cublas": ATTAINABLE_US / 0.95, "cutlass": ATTAINABLE_US / 0.9})
     state = driver.job(job["id"])
     assert state["status"] == "done"
     d = state["decision"]
     assert d["verdict"] == "library_sufficient" and d["backend"] == "cublas"
-    assert [t["backend"] for t in d["library_trials"]] == ["cublas"]
-    assert "The 6 CUTLASS seeds were not measured" in d["rationale"]
-    # the policy can ask for the seeds anyway
-    job = driver.submit({"max_trials": 8}, policy={**AGENT, "cublas_first": False},
+    assert sorted(t["backend"] for t in d["library_trials"]) == ["cublas", "cutlass"]
+    assert "The 5 other CUTLASS seeds were not measured" in d["rationale"]
+    # the policy can ask for every seed at once
+    job = driver.submit({"max_trials": 8}, policy={**AGENT, "first_cutlass_seeds": 6},
                         problem={"kind": "gemm", "m": 1024, "n": 512, "k": 512,
                                  "dtype": "fp16"})
     grant = driver.lease(w, n=16)
