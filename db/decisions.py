@@ -63,9 +63,15 @@ def history(session: Session, problem_id: int, limit: int, offset: int,
     return [DecisionRecord.of(r) for r in rows], int(total)
 
 
-def chosen_measurement(session: Session, decision: DecisionRecord) -> MeasurementRecord | None:
-    """The measurement of the candidate ``decision`` chose (its library or custom pick), or
-    None when the pick has no timed measurement."""
-    pick = (decision.evidence.get(decision.chosen) or {}).get("candidate_id")
+def as_decided(session: Session, decision: DecisionRecord | None,
+               best: MeasurementRecord | None, library: MeasurementRecord | None
+               ) -> tuple[MeasurementRecord | None, MeasurementRecord | None]:
+    """``(best, library best)`` as ``decision`` has them: its pick is the best (a custom
+    kernel faster only in the search, tied in the verification, is not), and the library's
+    best when it chose the library. Unchanged without a decision or a timed pick."""
+    pick = (decision.evidence.get(decision.chosen) or {}).get("candidate_id") \
+        if decision is not None else None
     chosen = measurements.of_candidates(session, [int(pick)]).get(int(pick)) if pick else None
-    return chosen if chosen is not None and chosen.median_us is not None else None
+    if decision is None or chosen is None or chosen.median_us is None:
+        return best, library
+    return chosen, chosen if decision.chosen == "library" else library

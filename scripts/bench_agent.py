@@ -54,13 +54,8 @@ def run_job(cluster: LocalCluster, problem: dict[str, Any], trials: int,
     return job
 
 
-def gpu_s(decision: dict[str, Any] | None, *, with_calibration: bool = False) -> float:
-    spend = (decision or {}).get("spend") or {}
-    return sum(float(v.get("gpu_s", 0.0)) for k, v in spend.items()
-               if with_calibration or k != "calibration")
-
-
-#: The decision's spend stages, in the order the agent runs them (calibration left out).
+#: The decision's spend stages, in the order the agent runs them (calibration, once per GPU
+#: model, left out).
 STAGES = ("library", "cutlass", "custom", "verify")
 
 
@@ -68,6 +63,11 @@ def stage_gpu_s(decision: dict[str, Any] | None) -> dict[str, float]:
     """GPU-seconds per stage of a decision (0 for a stage it did not run)."""
     spend = (decision or {}).get("spend") or {}
     return {k: float((spend.get(k) or {}).get("gpu_s", 0.0)) for k in STAGES}
+
+
+def gpu_s(decision: dict[str, Any] | None) -> float:
+    """A decision's GPU-seconds over its stages (the calibration left out)."""
+    return sum(stage_gpu_s(decision).values())
 
 
 def job_trials(cluster: LocalCluster, job: dict[str, Any]) -> list[dict[str, Any]]:

@@ -510,16 +510,15 @@ def plan(ev: Evidence) -> Plan:
     need_cal = ev.calibration is None and not ev.calibration_failed
     if need_cal and not ev.calibration_pending:
         actions.append(Calibrate())
-    have = {(t.backend, config_key(dict(t.config))) for t in ev.library}
-    wanted = tuple((b, c) for b, c in ev.library_configs
-                   if (b, config_key(dict(c))) not in have)
+    have = {_key(t.backend, t.config) for t in ev.library}
+    wanted = tuple((b, c) for b, c in ev.library_configs if _key(b, c) not in have)
     skip_verdict1 = pol.force_custom or pol.full_search or not ev.library_configs
     held = 0  # CUTLASS seeds held back because the first wave answers verdict 1
-    first = _first_wave(ev)
-    if not skip_verdict1 and _first_wave_answers(ev, first, need_cal):
-        keys = {(b, config_key(dict(c))) for b, c in first}
-        held = sum((b, config_key(dict(c))) not in keys for b, c in wanted)
-        wanted = tuple(w for w in wanted if (w[0], config_key(dict(w[1]))) in keys)
+    if not skip_verdict1:
+        first = _first_wave(ev)
+        if _first_wave_answers(ev, first, need_cal):
+            held = sum(_key(b, c) not in first for b, c in wanted)
+            wanted = tuple((b, c) for b, c in wanted if _key(b, c) in first)
     if wanted:
         actions.append(MeasureLibrary(wanted))
 
@@ -589,35 +588,33 @@ def plan(ev: Evidence) -> Plan:
         ev, cut, _decide_after_search(ev, rf, lib, cus, progress))),))
 
 
-def _first_wave(ev: Evidence) -> list[tuple[str, Mapping[str, Any]]]:
-    """The first stage's first wave: cuBLAS and the ``policy.first_cutlass_seeds`` best-ranked
-    CUTLASS seeds (``library_configs`` lists them in rank order)."""
-    out, seeds = [], 0
-    for b, c in ev.library_configs:
-        if b == Backend.CUTLASS:
-            seeds += 1
-            if seeds > ev.policy.first_cutlass_seeds:
-                continue
-        out.append((b, c))
-    return out
+def _key(backend: str, config: Mapping[str, Any]) -> tuple[str, str]:
+    """What identifies a library candidate: its backend and configuration."""
+    return backend, config_key(dict(config))
 
 
-def _first_wave_answers(ev: Evidence, first: Sequence[tuple[str, Mapping[str, Any]]],
-                        need_cal: bool) -> bool:
+def _first_wave(ev: Evidence) -> set[tuple[str, str]]:
+    """The keys of the first stage's first wave: cuBLAS and the ``policy.first_cutlass_seeds``
+    best-ranked CUTLASS seeds (``library_configs`` lists them in rank order)."""
+    seeds = [_key(b, c) for b, c in ev.library_configs if b == Backend.CUTLASS]
+    rest = {_key(b, c) for b, c in ev.library_configs if b != Backend.CUTLASS}
+    return rest | set(seeds[:ev.policy.first_cutlass_seeds])
+
+
+def _first_wave_answers(ev: Evidence, first: set[tuple[str, str]], need_cal: bool) -> bool:
     """Whether the other CUTLASS seeds wait for the first wave: the job has cuBLAS and seeds
     beyond the wave, and the wave is still being measured (or the calibration is), or it is
     measured and reaches the threshold. Once it falls short, or cannot be judged (nothing ran
     correctly, or there is no roofline), every seed is measured: one may be the library's
     best, and the verdict is asked on all of them."""
-    if len(first) == len(ev.library_configs) or not any(b != Backend.CUTLASS for b, _ in first):
+    everything = {_key(b, c) for b, c in ev.library_configs}
+    if first == everything or not any(b != Backend.CUTLASS for b, _ in first):
         return False
-    keys = {(b, config_key(dict(c))) for b, c in first}
-    done = [t for t in ev.library if t.tier is None
-            and (t.backend, config_key(dict(t.config))) in keys]
-    if len(done) < len(keys) or any(not t.done for t in done) or need_cal:
+    measured = [t for t in ev.library if t.tier is None and _key(t.backend, t.config) in first]
+    if len(measured) < len(first) or any(not t.done for t in measured) or need_cal:
         return True
     rf = roofline(ev.problem, ev.calibration, ev.policy.allow_tf32)
-    best = _best(done)
+    best = _best(measured)
     return bool(rf and best and rf.efficiency(best.median_us) >= ev.policy.threshold)
 
 

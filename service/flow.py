@@ -294,16 +294,11 @@ class Flow:
         job = jobs.get_job(s, job_id)
         if job is None:
             raise NotFound(f"job {job_id} not found")
-        best = measurements.job_best(s, job_id)
-        library = measurements.job_best(s, job_id, LIBRARY_BACKENDS)
         decision = decisions.of_job(s, job_id)
-        # once decided, the job's best is the decision's pick (as GET /v1/best answers): a
-        # custom kernel faster only in the search, tied in the verification, is not the best
-        chosen = decisions.chosen_measurement(s, decision) if decision is not None else None
-        if chosen is not None:
-            best = chosen
-            if decision.chosen == "library":  # type: ignore[union-attr]
-                library = chosen
+        # once decided, the job's best is the decision's pick, as GET /v1/best answers
+        best, library = decisions.as_decided(
+            s, decision, measurements.job_best(s, job_id),
+            measurements.job_best(s, job_id, LIBRARY_BACKENDS))
         return JobState(job, cands.job_counts(s, job_id), best, library,
                         measurements.job_best(s, job_id, TRITON), now, decision)
 

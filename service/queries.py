@@ -37,10 +37,5 @@ def find_best(db: Database, problem: GemmProblem, gpu: str | None) -> BestAnswer
                            f"({problem.key()}) on {where}: submit a job with POST /v1/jobs")
         library = measurements.problem_best(s, record.id, gpu_model, LIBRARY_BACKENDS)
         decision = decisions.current(s, record.id, gpu_model)
-        if decision is not None:
-            chosen = decisions.chosen_measurement(s, decision)
-            if chosen is not None:
-                best = chosen
-                if decision.chosen == "library":
-                    library = chosen
+        best, library = decisions.as_decided(s, decision, best, library)
         return BestAnswer(record, gpu_model, best, library, decision)

@@ -177,14 +177,14 @@ _FP8_PROMOTION_PENALTY = 1.5
 
 def _schedule_penalty(op: OpLike) -> float:
     s = op.kernel_schedule
-    fp8 = 1.0
-    if op.dtype_a.startswith("fp8") and "FastAccum" not in s:
-        fp8 = _FP8_PROMOTION_PENALTY
     if s.startswith("CpAsync"):
-        return 1.25 * fp8  # no TMA: loads through registers, unaligned-friendly but slower
-    if not is_persistent(op):
-        return 1.08 * fp8  # a CTA per tile: launch and prologue per tile
-    return fp8
+        base = 1.25  # no TMA: loads through registers, unaligned-friendly but slower
+    elif not is_persistent(op):
+        base = 1.08  # a CTA per tile: launch and prologue per tile
+    else:
+        base = 1.0
+    promotes = op.dtype_a.startswith("fp8") and "FastAccum" not in s
+    return base * (_FP8_PROMOTION_PENALTY if promotes else 1.0)
 
 
 #: fp32 accumulators one thread can hold without spilling (of the 255 registers an SM90 thread
