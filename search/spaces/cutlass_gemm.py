@@ -27,11 +27,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from search.types import GemmProblem
+from search.types import DTYPE_BYTES, GemmProblem
 
 __all__ = ["KNOBS", "RASTERS", "SPLITS", "SWIZZLES", "OpLike", "Ranked", "analytic_estimate_us",
-           "configs", "default_config", "diverse", "heuristics_gpu", "is_persistent", "rank",
-           "seeds", "violations"]
+           "configs", "default_config", "direct_store", "diverse", "epilogue_us", "heuristics_gpu",
+           "is_persistent", "rank", "seeds", "violations"]
 
 RASTERS = ("heuristic", "along_m", "along_n")
 SWIZZLES = (1, 2, 4, 8)
@@ -215,11 +215,40 @@ def spill_penalty(op: OpLike) -> float:
     return _SPILL_PENALTY if accumulators_per_thread(op) > _ACC_REGS else 1.0
 
 
+#: How fast an epilogue that stores the output straight from registers writes it (bytes/s).
+#: On the H100 every such op (``NoSmemWarpSpecialized``, and ``ScheduleAuto``, which resolved to
+#: it: same times) took longer than its TMA-epilogue twin, by about the output's size over
+#: 0.45-0.8 TB/s: +50 us on 4096^2 bf16 outputs (180 -> 230 us at 4096^3, 100 -> 152 us for
+#: fp8), +60 us at 32768x512x512, +12 us at 1000x3000, +5-9 us at 128x14336, nothing at 16x4096
+#: (``tests/data/h100_cutlass_trials.json``: the TMA store overlaps the next tile's mainloop,
+#: uncoalesced register stores do not). Ping-pong kernels hid part of it behind the other warp
+#: group's mainloop on long-k problems only (1.2-2.7 TB/s at 4096^3, 0.5-0.6 at 32768x512x512):
+#: one rate serves both.
+_DIRECT_STORE_BPS = 0.65e12
+
+
+def direct_store(op: OpLike) -> bool:
+    """Whether ``op``'s epilogue writes the output from registers (no shared-memory staging,
+    no TMA store)."""
+    e = op.epilogue_schedule
+    return e.startswith("NoSmem") or e == "ScheduleAuto"
+
+
+def epilogue_us(problem: GemmProblem, op: OpLike) -> float:
+    """What ``op``'s epilogue adds beyond the mainloop: the output's bytes at
+    :data:`_DIRECT_STORE_BPS` for a direct-store epilogue, nothing for a TMA one."""
+    if getattr(op, "baseline", False) or not direct_store(op):
+        return 0.0
+    out = problem.batch * problem.m * problem.n * DTYPE_BYTES[problem.out_dtype or problem.dtype]
+    return out / _DIRECT_STORE_BPS * 1e6
+
+
 def analytic_estimate_us(problem: GemmProblem, op: OpLike, sm_count: int = 132,
                          peak_tflops: float = 800.0) -> float:
     """A simple time model: waves of output tiles (fractional for stream-K, whole otherwise)
-    times the time of one tile at the tile's efficiency, plus a memory floor. The tile work
-    includes padding, so a 256-wide tile on a 300-wide problem pays for 512."""
+    times the time of one tile at the tile's efficiency, plus a memory floor, plus what a
+    direct-store epilogue adds (``epilogue_us``). The tile work includes padding, so a
+    256-wide tile on a 300-wide problem pays for 512."""
     tm, tn, tk = op.tile
     tiles_m, tiles_n, tiles_k = _tiles(problem, op)
     tiles = tiles_m * tiles_n * problem.batch
@@ -235,7 +264,7 @@ def analytic_estimate_us(problem: GemmProblem, op: OpLike, sm_count: int = 132,
     tile_us = 2 * tm * tn * tiles_k * tk / (peak_tflops * 1e12 * eff / sm_count) * 1e6
     compute_us = waves * tile_us * _schedule_penalty(op) * spill_penalty(op)
     memory_us = problem.min_bytes / 3.0e12 * 1e6
-    return max(compute_us, memory_us) + 3.0
+    return max(compute_us, memory_us) + epilogue_us(problem, op) + 3.0
 
 
 def _nvmmh_layout(problem: GemmProblem) -> str:

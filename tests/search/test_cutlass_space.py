@@ -182,3 +182,68 @@ def test_fp8_fast_accumulation_ranks_ahead_of_its_promoting_twin() -> None:
     # bf16 has no fast-accumulation schedule: its order is untouched
     assert space.analytic_estimate_us(P, COOP) == space.analytic_estimate_us(
         P, Op("coop2", kernel_schedule="TmaWarpSpecializedCooperative"))
+
+
+def _recorded_direct_store_pairs() -> list[tuple[str, bool, float, float, float]]:
+    """(problem key, ping-pong?, output MB, TMA-epilogue us, direct-store twin us) of every
+    recorded op pair at default knobs (tests/data/h100_cutlass_trials.json: the H100)."""
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "data"
+                       / "h100_cutlass_trials.json").read_text())
+    out = []
+    for rec in data["problems"]:
+        _, _, m, n, _, _, o, _, _ = rec["problem_key"].split(":")
+        mb = int(m[1:]) * int(n[1:]) * {"bf16": 2, "fp16": 2, "fp32": 4}[o] / 1e6
+        ok = {t["op"]: t["median_us"] for t in rec["trials"]
+              if t.get("median_us") and (t["raster"], t["swizzle"], t["splits"])
+              == ("heuristic", 1, 1)}
+        for op, us in ok.items():
+            twin = op.replace("_epi_tma", "_epi_nosmem")
+            # a spilling ping-pong 128x256 is 10x slower either way: not an epilogue question
+            if twin != op and twin in ok and us < 1.5 * min(ok.values()):
+                out.append((rec["problem_key"], "pingpong" in op, mb, us, ok[twin]))
+    return out
+
+
+def test_direct_store_epilogue_pays_for_the_output_it_writes() -> None:
+    """A register-direct (NoSmem) epilogue was slower than its TMA twin wherever the output is
+    large, by roughly the output's bytes at 0.45-0.8 TB/s (a median of 0.6), on the recorded
+    H100 pairs (8192^3 left out: its run-to-run noise is larger than the effect). The model
+    charges that, so a direct-store op no longer ties with its TMA twin (4096^3: 128x128 TMA
+    192 us beat 128x256 NoSmem 229 us; nvMatmulHeuristics alone rates 128x128 tiles too slow
+    to show it, see the seeds test below)."""
+    import statistics
+
+    pairs = [p for p in _recorded_direct_store_pairs() if p[2] >= 3.0 and ":m8192:" not in p[0]]
+    assert len(pairs) >= 30 and all(direct > tma for _, _, _, tma, direct in pairs)
+    bps = [mb * 1e6 / ((direct - tma) * 1e-6) for _, _, mb, tma, direct in pairs]
+    assert 0.5e12 < statistics.median(bps) < 0.8e12, statistics.median(bps)
+
+    small = GemmProblem(m=16, n=4096, k=4096)
+    direct_op = Op("direct", epilogue_schedule="NoSmemWarpSpecialized")
+    assert space.epilogue_us(small, direct_op) < 0.5  # tiny outputs: (almost) nothing
+    assert space.epilogue_us(P, COOP) == 0.0
+    assert 45 < space.epilogue_us(P, direct_op) < 60  # 32 MiB of bf16 at 0.65 TB/s
+    assert space.direct_store(Op("auto", epilogue_schedule="ScheduleAuto"))
+
+    small_tile = Op("a_tma_128x128", tile=(128, 128, 64))
+    big_direct = Op("b_direct_128x256", epilogue_schedule="NoSmemWarpSpecialized")
+    order = [r.op for r in space.rank(P, [big_direct, small_tile], gpu=None)]
+    assert order == ["a_tma_128x128", "b_direct_128x256"]
+
+
+def test_seeds_of_a_large_output_leave_direct_store_ops_out() -> None:
+    """With the real CUTLASS op list at 4096^3 the six seeds were three TMA ops and their three
+    direct-store twins (each measured 1.25-1.3x slower on the H100); now all six store by TMA."""
+    from kernel_templates.cutlass import cutlass_available, ops_for
+
+    if cutlass_available():
+        pytest.skip(cutlass_available())
+    ops = ops_for(P)
+    by_name = {o.name: o for o in ops}
+    for gpu in (None, "H100_SXM"):
+        seeds = space.seeds(P, ops, n=6, gpu=gpu)
+        assert len(seeds) == 6
+        assert not any(space.direct_store(by_name[s["op"]]) for s in seeds), gpu
