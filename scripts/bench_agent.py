@@ -71,7 +71,8 @@ def gpu_s(decision: dict[str, Any] | None) -> float:
 
 
 def job_trials(cluster: LocalCluster, job: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every measurement of the job (each mode has its own database), oldest first."""
+    """Every measurement of the job (each mode has its own database), oldest first; a
+    verification with its per-round medians."""
     items: list[dict[str, Any]] = []
     while True:
         page = cluster.client.trials(job["problem_id"], limit=200, offset=len(items))
@@ -80,8 +81,10 @@ def job_trials(cluster: LocalCluster, job: dict[str, Any]) -> list[dict[str, Any
             break
     keep = ("id", "candidate_id", "backend", "config", "status", "median_us", "p20_us",
             "p80_us", "compile_s", "bench_s")
-    return [{k: t.get(k) for k in keep} for t in sorted(items, key=lambda t: t["id"])
-            if t.get("job_id") == job["id"]]
+    # a verification keeps its per-round medians (extra: library_us, custom_us)
+    return [{**{k: t.get(k) for k in keep},
+             **({"extra": t.get("extra")} if t.get("backend") == "verify" else {})}
+            for t in sorted(items, key=lambda t: t["id"]) if t.get("job_id") == job["id"]]
 
 
 def _rel_spread(t: dict[str, Any] | None) -> float | None:

@@ -327,6 +327,9 @@ class TrialOut(BaseModel):
     worker_id: int | None
     created_at: datetime
     env: dict[str, Any] = {}  # GPU name, SM count, clock, driver, CUDA/torch/triton versions
+    #: what a task measured besides its median: a verification's per-round medians of each
+    #: contender (``library_us``, ``custom_us``), a calibration's peaks and curve
+    extra: dict[str, Any] = {}
 
 
 class TrialList(Page):

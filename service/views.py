@@ -105,4 +105,5 @@ def trial_out(m: MeasurementRecord, trial_number: int | None, problem: GemmProbl
         p20_us=m.p20_us, p80_us=m.p80_us,
         tflops=problem.tflops(m.median_us) if m.median_us else None, reps=m.reps,
         rel_error=m.rel_error, compile_s=m.compile_s, bench_s=m.bench_s, error=m.error,
-        gpu=m.gpu_model, worker_id=m.worker_id, created_at=m.created_at, env=m.env)
+        gpu=m.gpu_model, worker_id=m.worker_id, created_at=m.created_at, env=m.env,
+        extra=m.extra or {})

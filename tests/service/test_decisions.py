@@ -84,6 +84,14 @@ def test_a_tie_in_the_verification_goes_to_the_library(client: TestClient,
     best = client.get("/v1/best", params={"m": 512, "n": 512, "k": 512, "dtype": "fp16",
                                           "gpu": state["gpu"]}).json()
     assert best["candidate_id"] == state["best"]["candidate_id"]
+    # the verification's rounds are evidence too: each contender's per-round medians
+    trials = client.get(f"/v1/problems/{job['problem_id']}/trials",
+                        params={"limit": 50}).json()["items"]
+    (v,) = [t for t in trials if t["backend"] == "verify"]
+    rounds = d["policy"]["verify_rounds"]
+    assert len(v["extra"]["library_us"]) == len(v["extra"]["custom_us"]) == rounds >= 5
+    assert d["library"]["spread_us"] == pytest.approx(
+        max(v["extra"]["library_us"]) - min(v["extra"]["library_us"]))
 
 
 def test_a_wrong_result_on_the_recheck_keeps_the_library(client: TestClient,
