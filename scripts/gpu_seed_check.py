@@ -2,8 +2,8 @@
 """Side by side on the GPU: the CUTLASS seeds the first stage measures, ranked with and without
 the direct-store epilogue cost (``search.spaces.cutlass_gemm.epilogue_us``).
 
-For each public shape: the six seeds of each ranking (nvMatmulHeuristics for ``--gpu``), every
-op measured as a first-stage trial is (``workers.execute.execute``: checked on fresh inputs
+For each public shape: the six seeds of each ranking (nvMatmulHeuristics for ``--gpu``). Every
+op is measured as a first-stage trial is (``workers.execute.execute``: checked on fresh inputs
 against the reference, then timed with CUDA events), in ``--passes`` passes whose order
 alternates, with cuBLAS in every pass. An op's time is its best pass's median. The report: per
 shape, the best of each seed set, its top seed, and the ratio (new over old: under 1 is faster).
@@ -28,14 +28,11 @@ from search.types import GemmProblem  # noqa: E402
 
 
 def problems(path: Path) -> list[GemmProblem]:
-    out = []
-    for s in json.loads(path.read_text())["shapes"]:
-        dt = s.get("dtype", "bf16")
-        if dt == "fp32":
-            continue  # CUTLASS serves no fp32-input problem here
-        extra = {"out_dtype": "bf16", "layout_b": "col"} if dt == "fp8_e4m3" else {}
-        out.append(GemmProblem(m=s["m"], n=s["n"], k=s["k"], dtype=dt, **extra))
-    return out
+    """The shapes CUTLASS serves (no fp32 inputs), as ``gpu_cutlass_check`` reads them."""
+    from gpu_cutlass_check import problem_of
+
+    return [problem_of(s) for s in json.loads(path.read_text())["shapes"]
+            if s.get("dtype", "bf16") != "fp32"]
 
 
 def seed_sets(p: GemmProblem, gpu: str) -> dict[str, Any]:
@@ -83,14 +80,11 @@ def main() -> int:
                 else:
                     errors[name] = f"{m.get('status')}: {(m.get('error') or '')[-200:]}"
         best = {n: min(v) for n, v in times.items()}
-
-        def best_of(names: list[str], best: dict[str, float] = best) -> float | None:
-            ok = [best[n] for n in names if n in best]
-            return min(ok) if ok else None
-
+        old_best, new_best = ([best[n] for n in sets[k] if n in best] for k in ("old", "new"))
         row = {"problem": p.key(), "old": sets["old"], "new": sets["new"], "times": times,
                "errors": errors, "cublas_us": best.get("cublas"),
-               "old_best_us": best_of(sets["old"]), "new_best_us": best_of(sets["new"]),
+               "old_best_us": min(old_best, default=None),
+               "new_best_us": min(new_best, default=None),
                "old_top_us": best.get(sets["old"][0]), "new_top_us": best.get(sets["new"][0]),
                "old_direct_store": sets["direct"]["old"],
                "new_direct_store": sets["direct"]["new"]}

@@ -71,15 +71,14 @@ def main() -> int:
     from kernel_templates.reference import reference_for
     from workers.device import environment
     from workers.execute import ExecuteOptions, _bench, checked_calls, execute
-    from workers.tasks import calibrate, verify
 
     env = environment(None)
-    opts = ExecuteOptions()
-    bench = _bench(opts, True)
-    cal_m = calibrate(env, bench, True)
-    cal = Calibration(gpu_model=env.get("gpu", "?"), bandwidth_gbs=cal_m.extra["bandwidth_gbs"],
-                      peak_tflops=cal_m.extra["peak_tflops"])
-    out: dict[str, Any] = {"env": env, "calibration": cal_m.extra, "cases": [], "verify": []}
+    bench = _bench(ExecuteOptions(), True)
+    # the calibration and the verifications run as the worker runs those tasks
+    cal_x = execute(Candidate(CASES[0][0], "calibrate").to_dict())["extra"]
+    cal = Calibration(gpu_model=env.get("gpu", "?"), bandwidth_gbs=cal_x["bandwidth_gbs"],
+                      peak_tflops=cal_x["peak_tflops"])
+    out: dict[str, Any] = {"env": env, "calibration": cal_x, "cases": [], "verify": []}
     print("peaks", {k: round(v) for k, v in cal.peak_tflops.items()}, flush=True)
     for rep in range(args.repeats):
         for problem, backend, config in CASES if rep % 2 == 0 else CASES[::-1]:
@@ -115,13 +114,13 @@ def main() -> int:
         for problem, lib, cus in VERIFY:
             time.sleep(1.0)
             cand = Candidate(problem, "verify", {"library": lib, "custom": cus, "rounds": 9})
-            vbench = _bench(ExecuteOptions(max_reps=opts.verify_max_reps), True)
-            m = verify(cand, env, vbench, True, 1, 5)
-            x = m.extra or {}
+            m = execute(cand.to_dict(), {"seed": 5, "n_sets": 1})
+            x = m.get("extra") or {}
             L, C = x.get("library_us") or [], x.get("custom_us") or []
             d = [a - b for a, b in zip(L, C, strict=True)]
             row = {"problem": problem.to_dict(), "library": lib, "custom": cus, "repeat": rep,
-                   "status": str(m.status), "error": m.error, "library_us": L, "custom_us": C}
+                   "status": m.get("status"), "error": m.get("error"), "library_us": L,
+                   "custom_us": C}
             if d:
                 row["unpaired"] = {"gap": statistics.median(L) - statistics.median(C),
                                    "spread": max(max(L) - min(L), max(C) - min(C))}

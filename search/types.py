@@ -142,11 +142,15 @@ class GemmProblem:
         return 2 * self.batch * self.m * self.n * self.k
 
     @property
+    def out_bytes(self) -> int:
+        """The output's size."""
+        return self.batch * self.m * self.n * DTYPE_BYTES[self.out_dtype or self.dtype]
+
+    @property
     def min_bytes(self) -> int:
         """Each input read once, the output written once."""
         e_in = DTYPE_BYTES[self.dtype]
-        e_out = DTYPE_BYTES[self.out_dtype or self.dtype]
-        return self.batch * ((self.m * self.k + self.k * self.n) * e_in + self.m * self.n * e_out)
+        return self.batch * (self.m * self.k + self.k * self.n) * e_in + self.out_bytes
 
     def tflops(self, median_us: float) -> float:
         return self.flops / (median_us * 1e-6) / 1e12

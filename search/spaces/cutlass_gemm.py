@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from search.types import DTYPE_BYTES, GemmProblem
+from search.types import GemmProblem
 
 __all__ = ["KNOBS", "RASTERS", "SPLITS", "SWIZZLES", "OpLike", "Ranked", "analytic_estimate_us",
            "configs", "default_config", "direct_store", "diverse", "epilogue_us", "heuristics_gpu",
@@ -237,10 +237,7 @@ def direct_store(op: OpLike) -> bool:
 def epilogue_us(problem: GemmProblem, op: OpLike) -> float:
     """What ``op``'s epilogue adds beyond the mainloop: the output's bytes at
     :data:`_DIRECT_STORE_BPS` for a direct-store epilogue, nothing for a TMA one."""
-    if getattr(op, "baseline", False) or not direct_store(op):
-        return 0.0
-    out = problem.batch * problem.m * problem.n * DTYPE_BYTES[problem.out_dtype or problem.dtype]
-    return out / _DIRECT_STORE_BPS * 1e6
+    return problem.out_bytes / _DIRECT_STORE_BPS * 1e6 if direct_store(op) else 0.0
 
 
 def analytic_estimate_us(problem: GemmProblem, op: OpLike, sm_count: int = 132,
