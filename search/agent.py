@@ -71,11 +71,17 @@ class Policy:
     the agent is benchmarked against); ``force_custom`` skips verdict 1. ``cutlass_trials``
     and ``cutlass_compile_s`` bound the CUTLASS search (0 trials: no search): compiling a new
     CUTLASS operation costs about a minute of nvcc, far more than measuring one, so it has a
-    budget of its own. ``first_cutlass_seeds``: when verdict 1 is asked, the first stage
-    measures cuBLAS and only this many of the best-ranked CUTLASS seeds, and the other seeds
-    only if those fall short of the threshold: they can no longer change the verdict, only
-    refine the library's pick, and on the H100 they did that by more than the noise nowhere
-    (``docs/benchmarks/agent_h100_2026-11-22.md``, runs 5-7)."""
+    budget of its own.
+
+    ``tune_library`` (the default): the library stage is cuBLAS, every CUTLASS seed and then
+    the CUTLASS search, and verdict 1 is asked on the library's best once that search has
+    ended (by its own stall rule): a sufficient library's pick is tuned too. On the H100 the
+    search found 4% over the best seed on fp8 4096^3, where cuBLAS and the seeds already read
+    100% of the calibrated peak (``docs/benchmarks/agent_h100_2026-11-22.md``, run 7), for
+    about 10% of a full run's GPU time. Without it verdict 1 is asked after a first wave of
+    cuBLAS and the ``first_cutlass_seeds`` best-ranked seeds, and a sufficient library ends the
+    job there, unsearched and unrefined (the cheapest); the other seeds are measured, and the
+    CUTLASS search run, only if the wave falls short of the threshold."""
 
     threshold: float = 0.9
     force_custom: bool = False
@@ -91,6 +97,7 @@ class Policy:
     cutlass_trials: int = 12
     cutlass_compile_s: float = 900.0
     first_cutlass_seeds: int = 1
+    tune_library: bool = True
 
     def __post_init__(self) -> None:
         checks = {
@@ -514,7 +521,7 @@ def plan(ev: Evidence) -> Plan:
     wanted = tuple((b, c) for b, c in ev.library_configs if _key(b, c) not in have)
     skip_verdict1 = pol.force_custom or pol.full_search or not ev.library_configs
     held = 0  # CUTLASS seeds held back because the first wave answers verdict 1
-    if not skip_verdict1:
+    if not skip_verdict1 and not pol.tune_library:
         first = _first_wave(ev)
         if _first_wave_answers(ev, first, need_cal):
             held = sum(_key(b, c) not in first for b, c in wanted)
@@ -532,15 +539,22 @@ def plan(ev: Evidence) -> Plan:
     lib = _best(ev.library)
     lib_eff = rf.efficiency(lib.median_us) if (rf and lib) else None
     cut = cutlass_progress(ev)
-    if not skip_verdict1 and lib is not None and lib_eff is not None \
+    # With tune_library the CUTLASS search is part of the library stage: verdict 1 waits for
+    # it to end (in-flight trials included) even when the library already reads sufficient.
+    cut_out = any(not t.done for t in ev.library if t.tier == CUTLASS_TIER)
+    tuning = pol.tune_library and cut is not None and (not cut.ended or cut_out)
+    if not skip_verdict1 and not tuning and lib is not None and lib_eff is not None \
             and lib_eff >= pol.threshold:
         return Plan(Stage.DECIDED, (Decide(_with_notes(
             ev, cut, _decide_library_sufficient(ev, rf, lib, lib_eff, held))),))
     # The CUTLASS search: library side, so before any custom tier, and it raises the library
-    # best the custom kernels must beat (and verdict 1 above is asked again on each result).
+    # best the custom kernels must beat (without tune_library, verdict 1 above is asked again
+    # on each result; with it, once the search has ended).
     if cut is not None:
-        if cut.ended and any(not t.done for t in ev.library if t.tier == CUTLASS_TIER):
+        if cut.ended and cut_out:
             actions.append(StopTier(CUTLASS_TIER, cut.reason))
+            if tuning and not skip_verdict1:  # verdict 1 waits for the search's last results
+                return Plan(Stage.CUTLASS, (*actions, Wait("waiting for the CUTLASS search")))
         if not cut.ended:
             if lib_pending:  # its seeds are the first stage's: never propose one twice
                 return Plan(Stage.LIBRARY, (*actions, Wait("waiting for the library")))

@@ -121,8 +121,8 @@ class PolicyIn(_In):
                                           description="re-measure a custom best only when "
                                                       "within this of the library")] = 0.03
     cutlass_trials: Annotated[int, Field(strict=True, ge=0, le=10_000,
-                                         description="trials of the CUTLASS search when the "
-                                                     "library is not sufficient (0: none)")] = 12
+                                         description="trials of the CUTLASS search "
+                                                     "(0: none)")] = 12
     cutlass_compile_s: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False,
                                               description="compile-seconds the CUTLASS search "
                                                           "may spend building new operations "
@@ -130,8 +130,14 @@ class PolicyIn(_In):
                                                           "free)")] = 900.0
     first_cutlass_seeds: Annotated[int, Field(
         strict=True, ge=0, le=1000,
-        description="CUTLASS seeds measured with cuBLAS before verdict 1 (the best-ranked); "
-                    "the other seeds only when these fall short of the threshold")] = 1
+        description="without tune_library: CUTLASS seeds measured with cuBLAS before "
+                    "verdict 1 (the best-ranked); the other seeds only when these fall short "
+                    "of the threshold")] = 1
+    tune_library: bool = Field(True, description="the library stage is cuBLAS, every CUTLASS "
+                                                 "seed and the CUTLASS search, and verdict 1 "
+                                                 "is asked once that search ends (false: "
+                                                 "after the first wave, and a sufficient "
+                                                 "library ends the job unsearched)")
 
 
 class ReopenIn(_In):

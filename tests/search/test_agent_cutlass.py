@@ -13,6 +13,7 @@ import pytest
 
 from search.agent import (
     CUTLASS_TIER,
+    Decide,
     Evidence,
     Policy,
     Search,
@@ -188,12 +189,13 @@ def test_a_cutlass_search_that_cannot_beat_the_library_is_skipped() -> None:
 
 
 def test_a_sufficient_first_wave_ends_the_job_before_the_other_seeds_are_measured() -> None:
-    """cuBLAS at 98% of the roofline, FAKE CUTLASS seeds 10% faster: the first wave is cuBLAS
-    and the best-ranked seed, it reaches the threshold, and the job ends there naming the seed
-    it did not measure; ``first_cutlass_seeds=0`` measures cuBLAS alone, and a wave as large
-    as the seeds measures them all at once."""
+    """Without ``tune_library``: cuBLAS at 98% of the roofline, FAKE CUTLASS seeds 10% faster:
+    the first wave is cuBLAS and the best-ranked seed, it reaches the threshold, and the job
+    ends there naming the seed it did not measure; ``first_cutlass_seeds=0`` measures cuBLAS
+    alone, and a wave as large as the seeds measures them all at once."""
     def dev(policy: Policy) -> ReplayDevice:
-        return ReplayDevice(PROBLEM, recorded()[SQUARE], policy, library_us=ATTAINABLE / 0.98,
+        return ReplayDevice(PROBLEM, recorded()[SQUARE], replace(policy, tune_library=False),
+                            library_us=ATTAINABLE / 0.98,
                             cutlass_seed_us=ATTAINABLE / 0.98 / 1.1, cutlass_search=[])
 
     first = dev(Policy())
@@ -221,12 +223,81 @@ def test_a_sufficient_first_wave_ends_the_job_before_the_other_seeds_are_measure
 
 
 def test_a_first_wave_short_of_the_threshold_releases_the_other_seeds() -> None:
-    """cuBLAS at 50%, the first seed at 1.6x the attainable: the other seed is measured next
-    (one request each), then the CUTLASS search; a job without CUTLASS seeds is unaffected."""
-    dev = device(Policy(), [(op(1), 1.5 * ATTAINABLE, 0.0)], seed_us=1.6)
+    """Without ``tune_library``: cuBLAS at 50%, the first seed at 1.6x the attainable: the
+    other seed is measured next (one request each), then the CUTLASS search; a job without
+    CUTLASS seeds is unaffected."""
+    dev = device(Policy(tune_library=False), [(op(1), 1.5 * ATTAINABLE, 0.0)], seed_us=1.6)
     d = dev.run()
     asked = [line for line in dev.log if "MeasureLibrary" in line]
     assert len(asked) == 2 and "fake_op_1" not in asked[0] and "cublas" not in asked[1]
     assert "fake_op_1" in asked[1]
     assert sum(t["backend"] == "cutlass" and not t["search"] for t in d.library_trials) == 2
     assert "not measured" not in d.rationale
+
+
+def test_tune_library_searches_cutlass_before_a_sufficient_verdict() -> None:
+    """cuBLAS at 98% of the roofline and FAKE CUTLASS seeds 10% faster (over 100%, as fp8's
+    seeds read on the H100): the library is sufficient from the first measurement on, yet by
+    default every seed is measured at once and the CUTLASS search runs until it stalls, so its
+    4%-faster op (found second, as run 7's full search found fp8's ping-pong op) is the
+    library's pick; no custom kernel is tried. Without ``tune_library`` the job ends on the
+    first wave's seed."""
+    seed_us = ATTAINABLE / 0.98 / 1.1
+    search = [(op(1), seed_us * 1.02, 0.0), (op(2), seed_us / 1.04, 0.0)] + [
+        (op(2, swizzle=w, raster=r), seed_us / 1.035, 0.0)
+        for r in ("heuristic", "along_m", "along_n") for w in (2, 4, 8)]
+
+    def dev(policy: Policy) -> ReplayDevice:
+        return ReplayDevice(PROBLEM, recorded()[SQUARE], policy, library_us=ATTAINABLE / 0.98,
+                            cutlass_seed_us=seed_us, cutlass_search=search)
+
+    tuned = dev(Policy())
+    d = tuned.run()
+    asked = [line for line in tuned.log if "MeasureLibrary" in line]
+    assert len(asked) == 1 and "fake_op_0" in asked[0] and "fake_op_1" in asked[0]
+    assert stages(tuned) == [CUTLASS_TIER]
+    assert d.verdict == Verdict.LIBRARY_SUFFICIENT and d.custom is None
+    assert d.library is not None and dict(d.library.config) == op(2)
+    assert d.library.median_us == pytest.approx(seed_us / 1.04)
+    assert d.spend["custom"]["trials"] == 0
+    # it ran until its stall rule: the gain on the second trial, then `patience` without one
+    assert d.spend["cutlass"]["trials"] == 2 + Policy().patience
+    assert d.tiers[0]["tier"] == CUTLASS_TIER and d.tiers[0]["reason"].startswith("stalled")
+    assert "CUTLASS search (library side)" in d.rationale
+    assert d.speedup_vs_cublas == pytest.approx(ATTAINABLE / 0.98 / (seed_us / 1.04))
+
+    untuned = dev(Policy(tune_library=False))
+    d = untuned.run()
+    assert CUTLASS_TIER not in stages(untuned)
+    assert d.verdict == Verdict.LIBRARY_SUFFICIENT and d.library is not None
+    assert d.library.config["op"] == "fake_op_0" and d.spend["cutlass"]["trials"] == 0
+
+
+def test_verdict_one_waits_for_the_last_cutlass_results_once_the_search_has_ended() -> None:
+    """The search stalled while two of its trials were still out: with ``tune_library`` the
+    plan stops the tier and waits for them (one may be the library's best), never deciding
+    nor starting a custom tier meanwhile."""
+    seed = {"op": "fake_op_0", "raster": "heuristic", "swizzle": 1, "splits": 1}
+    lib_us = ATTAINABLE / 0.95
+    done = [Trial(1, "cublas", {}, None, "ok", lib_us, lib_us * 0.99, lib_us * 1.01),
+            Trial(2, "cutlass", seed, None, "ok", lib_us, lib_us * 0.99, lib_us * 1.01)]
+    done += [Trial(3 + i, "cutlass", op(i), CUTLASS_TIER, "ok", lib_us * 1.1)
+             for i in range(Policy().patience)]
+    out = [Trial(20, "cutlass", op(20), CUTLASS_TIER), Trial(21, "cutlass", op(21), CUTLASS_TIER)]
+    ev = Evidence(problem=PROBLEM, policy=Policy(), calibration=H100_REPLAY_CALIBRATION,
+                  library_configs=(("cublas", {}), ("cutlass", seed)),
+                  tiers=replay_tiers(PROBLEM), trials=(*done, *out), max_trials=64)
+    p = plan(ev)
+    assert p.stage == Stage.CUTLASS
+    assert any(isinstance(a, StopTier) and a.tier == CUTLASS_TIER for a in p.actions)
+    assert isinstance(p.actions[-1], Wait)
+    # once they are in without a gain, verdict 1 is asked
+    slow = replace(out[1], status="ok", median_us=lib_us * 1.2)
+    late = replace(ev, trials=(*done, replace(out[0], status="cancelled"), slow))
+    d = plan(late).actions[-1]
+    assert isinstance(d, Decide) and d.decision.verdict == Verdict.LIBRARY_SUFFICIENT
+    assert d.decision.library is not None and d.decision.library.median_us == lib_us
+    # a late gain over the library best restarts the stall count: the search goes on
+    fast = replace(out[1], status="ok", median_us=lib_us / 1.05)
+    again = plan(replace(ev, trials=(*done, replace(out[0], status="cancelled"), fast)))
+    assert isinstance(again.actions[-1], Search) and again.actions[-1].tier == CUTLASS_TIER

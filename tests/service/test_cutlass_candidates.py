@@ -1,6 +1,7 @@
 """CUTLASS as a library backend in the decision loop: its best-ranked ops are measured in the
-first stage next to cuBLAS, on workers that advertise it only; a problem it cannot serve is
-skipped with the reason in the decision. Measurements are FAKE (no GPU, no nvcc here)."""
+first stage next to cuBLAS, then searched (policy tune_library), on workers that advertise it
+only; a problem it cannot serve is skipped with the reason in the decision. Measurements are
+FAKE (no GPU, no nvcc here)."""
 
 from __future__ import annotations
 
@@ -31,31 +32,41 @@ def _answer(driver: Any, worker: int, grant: dict[str, Any], times: dict[str, fl
 
 
 def test_a_cutlass_worker_measures_cutlass_library_candidates_first(
-        client: TestClient, driver: Any) -> None:
+        client: TestClient, driver: Any, fake_tuners: Any) -> None:
     job = driver.submit({"max_trials": 8}, policy=AGENT)
     w = driver.register(backends=WITH_CUTLASS)
     grant = driver.lease(w, n=16)
-    # cuBLAS and the best-ranked seed first: the other seeds wait until those fall short
+    # the library stage: cuBLAS and every CUTLASS seed at once, no Triton
     first = grant["candidates"]
-    assert sorted(c["backend"] for c in first) == ["cublas", "cutlass"]
-    _answer(driver, w, grant, {"cublas": 2 * ATTAINABLE_US, "cutlass": 2 * ATTAINABLE_US})
-    grant = driver.lease(w, n=16)
-    backends = [c["backend"] for c in grant["candidates"]]
-    assert backends == ["cutlass"] * 5  # library stage: no Triton yet
-    ops = [c["config"] for c in first + grant["candidates"] if c["backend"] == "cutlass"]
+    assert sorted(c["backend"] for c in first) == ["cublas"] + ["cutlass"] * 6
+    ops = [c["config"] for c in first if c["backend"] == "cutlass"]
     assert all(set(cfg) == {"op", "raster", "swizzle", "splits"} for cfg in ops)
     assert all(cfg["op"].startswith("cutlass3x_sm90_") and "_f16_" in cfg["op"] for cfg in ops)
     assert len({cfg["op"] for cfg in ops}) == 6
-    # the other CUTLASS seeds at 95% of the roofline: the library (CUTLASS) is sufficient
-    _answer(driver, w, grant, {"cutlass": ATTAINABLE_US / 0.95})
+    # the CUTLASS seeds at 95% of the roofline: the library (CUTLASS) is sufficient, and the
+    # CUTLASS search (library side) still runs before verdict 1, until it stalls; the FAKE
+    # CUTLASS tuner proposes knob variants of the first seed
+    fake_tuners.cutlass_configs = [{**ops[0], "raster": r, "swizzle": w}
+                                   for r in ("along_m", "along_n") for w in (1, 2, 4, 8)] * 2
+    _answer(driver, w, grant, {"cublas": 2 * ATTAINABLE_US, "cutlass": ATTAINABLE_US / 0.95})
+    searched = 0
+    for _ in range(20):
+        grant = driver.lease(w, n=16)
+        if not grant["candidates"]:
+            break
+        assert {c["backend"] for c in grant["candidates"]} == {"cutlass"}  # no Triton
+        searched += len(grant["candidates"])
+        _answer(driver, w, grant, {"cutlass": ATTAINABLE_US / 0.9})  # none faster
     state = driver.job(job["id"])
     assert state["status"] == "done"
     d = state["decision"]
     assert d["verdict"] == "library_sufficient" and d["backend"] == "cutlass"
     assert d["config"]["op"] in {cfg["op"] for cfg in ops}
-    assert "cutlass takes" in d["rationale"]
+    assert "cutlass takes" in d["rationale"] and "CUTLASS search (library side)" in d["rationale"]
+    assert searched == d["spend"]["cutlass"]["trials"] == 8  # the stall rule: patience 8
     listed = d["library_trials"]
-    assert sorted(t["backend"] for t in listed) == ["cublas"] + ["cutlass"] * 6
+    assert sorted(t["backend"] for t in listed if not t["search"]) == ["cublas"] + ["cutlass"] * 6
+    assert sum(t["search"] for t in listed) == searched
     assert all(t["status"] == "ok" and t["median_us"] > 0 for t in listed)
     assert state["library_best"]["backend"] == "cutlass"
     assert d["notes"] == []
@@ -63,7 +74,8 @@ def test_a_cutlass_worker_measures_cutlass_library_candidates_first(
 
 def test_a_sufficient_first_wave_ends_the_job_without_the_other_seeds(
         client: TestClient, driver: Any) -> None:
-    job = driver.submit({"max_trials": 8}, policy=AGENT)
+    """Without tune_library: verdict 1 on cuBLAS and the best-ranked seed."""
+    job = driver.submit({"max_trials": 8}, policy={**AGENT, "tune_library": False})
     w = driver.register(backends=WITH_CUTLASS)
     grant = driver.lease(w, n=16)
     assert sorted(c["backend"] for c in grant["candidates"]) == ["cublas", "cutlass"]
@@ -75,7 +87,8 @@ def test_a_sufficient_first_wave_ends_the_job_without_the_other_seeds(
     assert sorted(t["backend"] for t in d["library_trials"]) == ["cublas", "cutlass"]
     assert "The 5 other CUTLASS seeds were not measured" in d["rationale"]
     # the policy can ask for every seed at once
-    job = driver.submit({"max_trials": 8}, policy={**AGENT, "first_cutlass_seeds": 6},
+    job = driver.submit({"max_trials": 8},
+                        policy={**AGENT, "tune_library": False, "first_cutlass_seeds": 6},
                         problem={"kind": "gemm", "m": 1024, "n": 512, "k": 512,
                                  "dtype": "fp16"})
     grant = driver.lease(w, n=16)

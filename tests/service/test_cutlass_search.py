@@ -64,7 +64,7 @@ def test_the_cutlass_search_runs_within_its_budgets_before_triton(
         cold = op not in built
         built.add(op)
         us = 1.6 * ATTAINABLE_US
-        if rounds[2:] and not fast:  # the first search trial: the best CUTLASS config
+        if rounds[1:] and not fast:  # the first search trial: the best CUTLASS config
             fast.update(c["config"])
             us = 1.2 * ATTAINABLE_US
         driver.times[c["id"]] = us
@@ -80,21 +80,20 @@ def test_the_cutlass_search_runs_within_its_budgets_before_triton(
     state = driver.job(job["id"])
     assert state["status"] == "done"
 
-    # cuBLAS and the best-ranked seed first (policy first_cutlass_seeds), short of the
-    # threshold: then the other CUTLASS seeds
-    assert sorted(c["backend"] for c in rounds[0]) == ["cublas", "cutlass"]
-    seeds = {c["config"]["op"] for c in rounds[0] + rounds[1] if c["backend"] == "cutlass"}
-    assert len(seeds) == 6 and {c["backend"] for c in rounds[1]} == {"cutlass"}
-    backends = [c["backend"] for r in rounds[2:] for c in r]
+    # cuBLAS and every CUTLASS seed first (policy tune_library), then the search
+    assert sorted(c["backend"] for c in rounds[0]) == ["cublas"] + ["cutlass"] * 6
+    seeds = {c["config"]["op"] for c in rounds[0] if c["backend"] == "cutlass"}
+    assert len(seeds) == 6
+    backends = [c["backend"] for r in rounds[1:] for c in r]
     first_triton = backends.index("triton")
-    searched = [c for r in rounds[2:] for c in r if c["backend"] == "cutlass"]
+    searched = [c for r in rounds[1:] for c in r if c["backend"] == "cutlass"]
     # every CUTLASS search candidate came before the first Triton one
     assert set(backends[:first_triton]) == {"cutlass"} and "cutlass" not in backends[first_triton:]
     assert 0 < len(searched) <= 6
     keys = {(c["config"]["op"], c["config"]["raster"], c["config"]["swizzle"],
              c["config"]["splits"]) for c in searched}
     assert len(keys) == len(searched)  # never one configuration twice
-    first_stage = {(c["config"]["op"], "heuristic", 1, 1) for c in rounds[0] + rounds[1]
+    first_stage = {(c["config"]["op"], "heuristic", 1, 1) for c in rounds[0]
                    if c["backend"] == "cutlass"}
     assert not keys & first_stage
     # 120 compile-seconds at 60 a compile: at most two operations the worker had not built
