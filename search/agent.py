@@ -543,8 +543,8 @@ def plan(ev: Evidence) -> Plan:
     # it to end (in-flight trials included) even when the library already reads sufficient.
     cut_out = any(not t.done for t in ev.library if t.tier == CUTLASS_TIER)
     tuning = pol.tune_library and cut is not None and (not cut.ended or cut_out)
-    if not skip_verdict1 and not tuning and lib is not None and rf is not None \
-            and lib_eff is not None and _sufficient(rf, lib, pol.threshold):
+    if not skip_verdict1 and not tuning and lib is not None and lib_eff is not None \
+            and lib_eff >= pol.threshold:
         return Plan(Stage.DECIDED, (Decide(_with_notes(
             ev, cut, _decide_library_sufficient(ev, rf, lib, lib_eff, held))),))
     # The CUTLASS search: library side, so before any custom tier, and it raises the library
@@ -629,23 +629,7 @@ def _first_wave_answers(ev: Evidence, first: set[tuple[str, str]], need_cal: boo
         return True
     rf = roofline(ev.problem, ev.calibration, ev.policy.allow_tf32)
     best = _best(measured)
-    return bool(rf and best and _sufficient(rf, best, ev.policy.threshold))
-
-
-def _fast_end_us(t: Trial) -> float:
-    """The fast end of a measurement's p20-p80 spread (its median when it has none)."""
-    assert t.median_us is not None
-    return t.median_us if t.p20_us is None else min(t.median_us, t.p20_us)
-
-
-def _sufficient(rf: Roofline, lib: Trial, threshold: float) -> bool:
-    """Verdict 1: the library's best reaches ``threshold`` of the attainable time at the fast
-    end of its measured spread (p20). A library whose median reads under the threshold by less
-    than its own noise is a tie, and ties go to the library, as in verdict 2: on the H100 the
-    cuBLAS time of 4096x1024x4096 read 0.89-0.92 of the roofline from run to run, where no
-    search ever beat it (``docs/benchmarks/agent_h100_2026-11-22.md``, run 8)."""
-    eff = rf.efficiency(_fast_end_us(lib))
-    return eff is not None and eff >= threshold
+    return bool(rf and best and rf.efficiency(best.median_us) >= ev.policy.threshold)
 
 
 # -- decisions -------------------------------------------------------------------------------
@@ -721,18 +705,9 @@ def _describe_roofline(rf: Roofline | None) -> str:
 
 def _decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial,
                                eff: float, held: int = 0) -> Decision:
-    thr = ev.policy.threshold
-    if eff >= thr:
-        why = (f"{_describe_roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us, "
-               f"{eff:.0%} of the attainable, at or above the {thr:.0%} threshold: "
-               "the library is sufficient and no custom kernel was tried.")
-    else:
-        fast = _fast_end_us(lib)
-        why = (f"{_describe_roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us, "
-               f"{eff:.1%} of the attainable, and {fast:.1f} us "
-               f"({rf.efficiency(fast) or 0:.1%}) at the fast end of its p20-p80 spread: "
-               f"within its own noise of the {thr:.0%} threshold, a tie, which goes to the "
-               "library: the library is sufficient and no custom kernel was tried.")
+    why = (f"{_describe_roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us, "
+           f"{eff:.0%} of the attainable, at or above the {ev.policy.threshold:.0%} threshold: "
+           "the library is sufficient and no custom kernel was tried.")
     if held:
         seeds = f"{held} other CUTLASS seeds were" if held > 1 else "other CUTLASS seed was"
         why += (f" The {seeds} not measured: the library reached the threshold without "

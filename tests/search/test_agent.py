@@ -352,31 +352,3 @@ def test_unsplit_tiers_are_skipped_only_where_split_k_alone_can_fill_the_sms(
     if not unsplit:
         assert "CTAs" in plans["tiles"].reason and "on the 132 SMs" in plans["tiles"].reason
         assert plans["hopper"].reason == plans["tiles"].reason
-
-
-def test_a_library_within_its_own_noise_of_the_threshold_is_a_tie_that_goes_to_the_library(
-        ) -> None:
-    """Verdict 1 judges the library at the fast end of its p20-p80 spread: a median at 89% of
-    the roofline with a p20 at 90.5% is a tie (sufficient, nothing searched, said so in the
-    rationale); the same median with a p20 at 89.5% is under the threshold and searched."""
-    p = GemmProblem(4096, 1024, 4096)
-    rf = roofline(p, H100_REPLAY_CALIBRATION)
-    median = rf.attainable_us / 0.89
-
-    def ev(p20_eff: float) -> Evidence:
-        lib = Trial(1, "cublas", {}, None, "ok", median, rf.attainable_us / p20_eff,
-                    median * 1.01)
-        return Evidence(problem=p, policy=POLICY, calibration=H100_REPLAY_CALIBRATION,
-                        library_configs=(("cublas", {}),), tiers=(TierPlan("tiles", 1.0),),
-                        trials=(lib,), max_trials=16)
-
-    d = plan(ev(0.905)).actions[-1]
-    assert isinstance(d, Decide) and d.decision.verdict == Verdict.LIBRARY_SUFFICIENT
-    assert d.decision.spend["custom"]["trials"] == 0
-    assert "89.0% of the attainable" in d.decision.rationale
-    assert "90.5%" in d.decision.rationale and "a tie, which goes to the library" in \
-        d.decision.rationale
-    assert d.decision.library is not None and d.decision.library.efficiency == \
-        pytest.approx(0.89)  # the pick reports its median's efficiency
-    searched = plan(ev(0.895)).actions[-1]
-    assert isinstance(searched, Search) and searched.tier == "tiles"
