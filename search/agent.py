@@ -74,14 +74,15 @@ class Policy:
     budget of its own.
 
     ``tune_library`` (the default): the library stage is cuBLAS, every CUTLASS seed and then
-    the CUTLASS search, and verdict 1 is asked on the library's best once that search has
-    ended (by its own stall rule): a sufficient library's pick is tuned too. On the H100 the
-    search found 4% over the best seed on fp8 4096^3, where cuBLAS and the seeds already read
-    100% of the calibrated peak (``docs/benchmarks/agent_h100_2026-11-22.md``, run 7), for
-    about 10% of a full run's GPU time. Without it verdict 1 is asked after a first wave of
-    cuBLAS and the ``first_cutlass_seeds`` best-ranked seeds, and a sufficient library ends the
-    job there, unsearched and unrefined (the cheapest); the other seeds are measured, and the
-    CUTLASS search run, only if the wave falls short of the threshold."""
+    the CUTLASS search, and verdict 1 is asked on the library's best once that search has ended
+    (by its own stall rule): a sufficient library's pick is tuned too. On the H100 the search
+    found 4% over the best seed on fp8 4096^3, where cuBLAS and the seeds already read 100% of
+    the calibrated peak (``docs/benchmarks/agent_h100_2026-11-22.md``, runs 7-8); on the
+    sufficient bf16 shapes it costs 11-17% of a full run's GPU time (run 8). Without it verdict
+    1 is asked after a first wave of cuBLAS and the ``first_cutlass_seeds`` best-ranked seeds,
+    and a sufficient library ends the job there, unsearched and unrefined (the cheapest); the
+    other seeds are measured, and the CUTLASS search run, only if the wave falls short of the
+    threshold."""
 
     threshold: float = 0.9
     force_custom: bool = False
