@@ -23,7 +23,7 @@ shapes_file=${BENCH_SHAPES:-shared/bench/gemm_public.json}
 [ -f "$shapes_file" ] || shapes_file=docs/benchmarks/gemm_public.json
 rc=0
 {
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu \
+  nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm,temperature.gpu \
     --format=csv || true
   python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda,
 "triton", triton.__version__, torch.cuda.get_device_name())'
