@@ -9,15 +9,15 @@ another replica, picks up exactly where the last one was.
 
 Stages::
 
-    calibrate + library  ->  verdict 1: efficiency = attainable / library time
-                         (cuBLAS and the best-ranked CUTLASS seed first; the other seeds
-                         only when those fall short of the threshold)
+    calibrate + library  ->  cuBLAS and every CUTLASS seed, then the CUTLASS search (when the
+                             job allows CUTLASS and it serves the problem): Optuna over CUTLASS
+                             configurations within a trial and a compile-seconds budget,
+                             library side, ending on its own stall rule
+                         ->  verdict 1: efficiency = attainable / the library's best time
+                             (``policy.tune_library=False``: asked on a first wave of cuBLAS
+                             and the best-ranked seed, and on each CUTLASS result after it)
         >= threshold  ->  library_sufficient (stop: no custom trial is spent)
-        else          ->  CUTLASS search (when the job allows CUTLASS and it serves the
-                          problem): Optuna over CUTLASS configurations within a trial and a
-                          compile-seconds budget; library side, so it raises the library best
-                          (verdict 1 is asked again on it) and counts as library in verdict 2
-                      ->  custom: tiers in order (plain tiles -> split-K -> Hopper variants ->
+        else          ->  custom: tiers in order (plain tiles -> split-K -> Hopper variants ->
                           lower precision, those that apply), each with its share of the
                           trial budget; a tier stops early when it stalls (no > min_gain
                           improvement in ``patience`` trials) or, after ``probe`` trials, is
@@ -543,7 +543,8 @@ def plan(ev: Evidence) -> Plan:
     # With tune_library the CUTLASS search is part of the library stage: verdict 1 waits for
     # it to end (in-flight trials included) even when the library already reads sufficient.
     cut_out = any(not t.done for t in ev.library if t.tier == CUTLASS_TIER)
-    tuning = pol.tune_library and cut is not None and (not cut.ended or cut_out)
+    tuning = (not skip_verdict1 and pol.tune_library and cut is not None
+              and (not cut.ended or cut_out))
     if not skip_verdict1 and not tuning and lib is not None and lib_eff is not None \
             and lib_eff >= pol.threshold:
         return Plan(Stage.DECIDED, (Decide(_with_notes(
@@ -554,7 +555,7 @@ def plan(ev: Evidence) -> Plan:
     if cut is not None:
         if cut.ended and cut_out:
             actions.append(StopTier(CUTLASS_TIER, cut.reason))
-            if tuning and not skip_verdict1:  # verdict 1 waits for the search's last results
+            if tuning:  # verdict 1 waits for the search's last results
                 return Plan(Stage.CUTLASS, (*actions, Wait("waiting for the CUTLASS search")))
         if not cut.ended:
             if lib_pending:  # its seeds are the first stage's: never propose one twice
