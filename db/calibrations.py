@@ -15,9 +15,12 @@ from db.records import CalibrationRecord
 def add_calibration(session: Session, gpu_model: str, bandwidth_gbs: float,
                     peak_tflops: dict[str, float], env: dict[str, Any], now: datetime, *,
                     job_id: int | None = None, worker_id: int | None = None,
-                    bench_s: float | None = None) -> CalibrationRecord:
+                    bench_s: float | None = None,
+                    peak_low_tflops: dict[str, float] | None = None) -> CalibrationRecord:
     row = CalibrationRow(gpu_model=gpu_model, bandwidth_gbs=bandwidth_gbs,
-                         peak_tflops=dict(peak_tflops), env=dict(env), stale=False,
+                         peak_tflops=dict(peak_tflops),
+                         peak_low_tflops=dict(peak_low_tflops) if peak_low_tflops else None,
+                         env=dict(env), stale=False,
                          job_id=job_id, worker_id=worker_id, bench_s=bench_s, created_at=now)
     session.add(row)
     session.flush()

@@ -166,6 +166,8 @@ class CalibrationRow(Base):
     gpu_model: Mapped[str] = mapped_column(String(200), index=True)
     bandwidth_gbs: Mapped[float] = mapped_column(Float)
     peak_tflops: Mapped[dict[str, Any]]
+    #: by precision, the lowest calibration pass behind the peak (NULL: one pass)
+    peak_low_tflops: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     env: Mapped[dict[str, Any]]
     stale: Mapped[bool] = mapped_column(Boolean, default=False)
     job_id: Mapped[int | None] = mapped_column(IdType, ForeignKey("jobs.id"))

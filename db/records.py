@@ -224,12 +224,13 @@ class CalibrationRecord:
     worker_id: int | None
     bench_s: float | None
     created_at: datetime
+    peak_low_tflops: dict[str, float] = field(default_factory=dict, hash=False)
 
     @classmethod
     def of(cls, row: CalibrationRow) -> CalibrationRecord:
         return cls(row.id, row.gpu_model, row.bandwidth_gbs, dict(row.peak_tflops),
                    dict(row.env or {}), bool(row.stale), row.job_id, row.worker_id,
-                   row.bench_s, row.created_at)
+                   row.bench_s, row.created_at, dict(row.peak_low_tflops or {}))
 
 
 @dataclass(frozen=True)

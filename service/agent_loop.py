@@ -96,7 +96,8 @@ class AgentLoop:
                 worker = workers.latest_of_model(s, gpu)
                 device = dict(worker.device) if worker is not None else {}
             cal = calibrations.latest(s, gpu)
-            calibration = (Calibration(gpu, cal.bandwidth_gbs, cal.peak_tflops, cal.env)
+            calibration = (Calibration(gpu, cal.bandwidth_gbs, cal.peak_tflops, cal.env,
+                                       cal.peak_low_tflops)
                            if cal is not None else None)
             if calibration is not None and device and (
                     not calibration.matches(device) or calibration.peak(problem.dtype) is None):
@@ -345,11 +346,13 @@ def record_calibration(s: Session, cand: CandidateRecord, m: Measurement, gpu_mo
     try:
         bandwidth = float(extra["bandwidth_gbs"])
         peaks = {str(k): float(v) for k, v in dict(extra["peak_tflops"]).items()}
+        lows = {str(k): float(v) for k, v in dict(extra.get("peak_low_tflops") or {}).items()}
     except (KeyError, TypeError, ValueError):
         log.warning("calibration report of candidate %s has no usable peaks", cand.id)
         return
     calibrations.add_calibration(s, gpu_model, bandwidth, peaks, dict(m.env), now,
-                                 job_id=cand.job_id, worker_id=worker_id, bench_s=m.bench_s)
+                                 job_id=cand.job_id, worker_id=worker_id, bench_s=m.bench_s,
+                                 peak_low_tflops=lows)
 
 
 def _limits(device: dict[str, Any]) -> DeviceLimits:
@@ -380,15 +383,23 @@ def _verification(c: CandidateRecord, m: MeasurementRecord | None) -> agent.Veri
         status = "crashed" if c.status == CandidateStatus.FAILED else None
         return agent.Verification(lib_id, cus_id, status, error=c.failure_reason)
     extra = m.extra or {}
+    ref_id = c.config.get("reference_id")
     return agent.Verification(
         lib_id, cus_id, m.status, tuple(float(x) for x in extra.get("library_us") or ()),
-        tuple(float(x) for x in extra.get("custom_us") or ()), m.gpu_s, m.error)
+        tuple(float(x) for x in extra.get("custom_us") or ()), m.gpu_s, m.error,
+        int(ref_id) if ref_id is not None else None,
+        tuple(float(x) for x in extra.get("reference_us") or ()))
 
 
 def _verify_config(v: agent.Verify) -> dict[str, Any]:
-    return {"library": {"backend": v.library.backend, "config": dict(v.library.config)},
-            "custom": {"backend": v.custom.backend, "config": dict(v.custom.config)},
-            "rounds": v.rounds, "library_id": v.library.id, "custom_id": v.custom.id}
+    config = {"library": {"backend": v.library.backend, "config": dict(v.library.config)},
+              "custom": {"backend": v.custom.backend, "config": dict(v.custom.config)},
+              "rounds": v.rounds, "library_id": v.library.id, "custom_id": v.custom.id}
+    if v.reference is not None:
+        config["reference"] = {"backend": v.reference.backend,
+                               "config": dict(v.reference.config)}
+        config["reference_id"] = v.reference.id
+    return config
 
 
 def _safely(fn: Callable[[], None]) -> None:

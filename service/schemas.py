@@ -242,6 +242,13 @@ class DecisionOut(BaseModel):
         [], description="every library candidate measured (cuBLAS, CUTLASS ops): backend, "
                         "config, status, median_us")
     notes: list[str] = Field([], description="why an allowed library backend was skipped")
+    roofline: dict[str, Any] | None = Field(
+        None, description="flops, bytes, compute/memory/attainable us, the peak and bandwidth "
+                          "used, and the calibration's lowest pass of that peak")
+    reference: dict[str, Any] | None = Field(
+        None, description="cuBLAS in the verification's rounds, when the library's pick was "
+                          "another library kernel: speedup_vs_cublas is its median over the "
+                          "chosen kernel's")
     policy: dict[str, Any]
     env: dict[str, Any]
     created_at: datetime
@@ -264,6 +271,8 @@ class CalibrationOut(BaseModel):
     gpu: str
     bandwidth_gbs: float
     peak_tflops: dict[str, float]
+    #: by precision, the lowest calibration pass behind the peak (empty: one pass)
+    peak_low_tflops: dict[str, float] = {}
     env: dict[str, Any]
     stale: bool
     job_id: int | None

@@ -226,13 +226,23 @@ def _task(cand: Candidate, opts: ExecuteOptions, env: dict[str, Any], cuda: bool
 
     try:
         if cand.backend == Task.CALIBRATE.value:
-            return tasks.calibrate(env, _bench(opts, cuda), cuda).to_dict()
+            passes = cand.config.get("passes")
+            return tasks.calibrate(env, _bench(opts, cuda), cuda,
+                                   None if passes is None else _whole(passes)).to_dict()
         per_round = replace(opts, max_reps=max(opts.min_reps,
                                                min(opts.max_reps, opts.verify_max_reps)))
         return tasks.verify(cand, env, _bench(per_round, cuda), cuda,
                             _n_sets(opts, cand, cuda), seed).to_dict()
     except Exception as exc:  # noqa: BLE001
         return _failure(classify(exc), exc, env)
+
+
+def _whole(value: Any) -> int:
+    """A task's count setting as an int (a bad one becomes 0, which the task refuses)."""
+    try:
+        return int(value) if float(value) == int(value) else 0
+    except (TypeError, ValueError):
+        return 0
 
 
 def _smem(cuda: bool) -> int:

@@ -5,16 +5,23 @@ device-to-device copy (bytes read + written per second) and large cuBLAS GEMMs p
 (the best of a few shapes, so one shape's wave quantisation does not set the peak), fp8 e4m3
 through ``torch._scaled_mm`` where the device has fp8 GEMMs (else it is skipped, and named in
 ``extra["peaks_skipped"]``). Each GEMM is timed once cold, then run back to back for
-``SUSTAIN_MS`` so the clock settles where the power limit holds it, then timed again; the
-precision's peak is the best sustained throughput. Both timings of every shape stay in the
-measurement (``extra["burst_tflops"]``: the best cold one; ``extra["curve"]``: (flops,
-sustained TFLOP/s) per shape) as the record of how far the device throttles; the roofline
-uses one peak for every size (``search.roofline`` says why).
+``SUSTAIN_MS`` so the clock settles where the power limit holds it, then timed again. The GEMMs
+are measured in ``passes`` passes (3 on a GPU): each shape's sustained rate is the median of
+its passes, the precision's peak is the best of those medians, and the lowest pass of the shape
+that sets the peak is kept as ``extra["peak_low_tflops"]``: how far the peak moves from one
+pass to the next (on an H100, 749-797 TFLOP/s bf16 over five passes two minutes apart:
+``docs/benchmarks/agent_h100_2026-11-22.md``), which verdict 1 takes as the calibration's
+noise. Every pass's timings stay in the measurement (``extra["curve_passes"]``; ``curve``:
+(flops, median sustained TFLOP/s) per shape; ``burst_tflops``: the best cold one) as the record
+of how far the device throttles; the roofline uses one peak for every size
+(``search.roofline`` says why).
 
-``verify``: the decision loop's second verdict. The library's best and the custom best are run
-on the same fresh inputs, checked again (a wrong result fails the task), then timed in
-alternating order (A B, B A, A B ...) for ``rounds`` rounds; each round's median of each goes
-back in ``extra`` so the service can compare medians against the round-to-round spread.
+``verify``: the decision loop's second verdict. The library's best and the custom best (and,
+where the library's best is not cuBLAS, cuBLAS as a ``reference``, so the final speed-up over
+cuBLAS is measured in the same rounds) are run on the same fresh inputs, checked again (a wrong
+result fails the task), then timed in rotating order (A B, B A, A B ... ; with three: A B C,
+B C A, C A B ...) for ``rounds`` rounds; each round's median of each goes back in ``extra`` so
+the service can compare medians against the round-to-round spread.
 """
 
 from __future__ import annotations
@@ -35,15 +42,23 @@ PEAK_SHAPES_CPU = ((256, 256, 256),)
 #: Back-to-back running before a peak shape's sustained timing (milliseconds).
 SUSTAIN_MS_GPU = 500.0
 SUSTAIN_MS_CPU = 0.0
+#: Passes over the peak shapes (a calibration's ``config["passes"]`` overrides it, 1 to 9).
+PASSES_GPU = 3
+PASSES_CPU = 1
 COPY_BYTES_GPU = 1 << 30
 COPY_BYTES_CPU = 32 << 20
 
 
-def calibrate(env: dict[str, Any], bench: Any, cuda: bool) -> Measurement:
+def calibrate(env: dict[str, Any], bench: Any, cuda: bool, passes: int | None = None
+              ) -> Measurement:
     """Measure bandwidth and per-precision matrix peaks with ``bench`` (flush off: the
     operands are far larger than L2 or are meant to stay in it)."""
     import torch
 
+    passes = (PASSES_GPU if cuda else PASSES_CPU) if passes is None else passes
+    if not 1 <= passes <= 9:
+        return Measurement(status=Status.INVALID, env=env,
+                           error=f"calibration passes={passes!r}: must be 1 to 9")
     device = torch.device("cuda" if cuda else "cpu")
     t0 = time.perf_counter()
     nbytes = COPY_BYTES_GPU if cuda else COPY_BYTES_CPU
@@ -62,29 +77,34 @@ def calibrate(env: dict[str, Any], bench: Any, cuda: bool) -> Measurement:
     precisions = (("bf16", torch.bfloat16, False), ("fp16", torch.float16, False),
                   ("fp32", torch.float32, False), ("tf32", torch.float32, True))
     saved = torch.backends.cuda.matmul.allow_tf32
-    try:
-        for name, dtype, tf32 in precisions:
-            for m, n, k in shapes if name != "fp32" else shapes[:1]:
-                a = torch.randn(m, k, device=device, generator=gen).to(dtype)
-                b = torch.randn(k, n, device=device, generator=gen).to(dtype)
-                out = torch.empty(m, n, device=device, dtype=dtype)
-                torch.backends.cuda.matmul.allow_tf32 = tf32
-                sustained(name, lambda a=a, b=b, out=out: torch.matmul(a, b, out=out),
-                          2 * m * n * k)
-                if not bool(torch.isfinite(out).all()):
-                    return Measurement(status=Status.WRONG_RESULT, env=env,
-                                       error=f"{name} {m}x{n}x{k} matmul gave non-finite values")
-                del a, b, out
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
     skipped: dict[str, str] = {}
-    fp8 = _fp8_peak(sustained, shapes, device, gen)
-    if fp8.error is not None:
-        return Measurement(status=Status.WRONG_RESULT, env=env, error=fp8.error)
-    if fp8.skipped is not None:
-        skipped["fp8_e4m3"] = fp8.skipped
+    for _ in range(passes):
+        try:
+            for name, dtype, tf32 in precisions:
+                for m, n, k in shapes if name != "fp32" else shapes[:1]:
+                    a = torch.randn(m, k, device=device, generator=gen).to(dtype)
+                    b = torch.randn(k, n, device=device, generator=gen).to(dtype)
+                    out = torch.empty(m, n, device=device, dtype=dtype)
+                    torch.backends.cuda.matmul.allow_tf32 = tf32
+                    sustained(name, (m, n, k),
+                              lambda a=a, b=b, out=out: torch.matmul(a, b, out=out))
+                    if not bool(torch.isfinite(out).all()):
+                        return Measurement(
+                            status=Status.WRONG_RESULT, env=env,
+                            error=f"{name} {m}x{n}x{k} matmul gave non-finite values")
+                    del a, b, out
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = saved
+        if "fp8_e4m3" not in skipped:
+            fp8 = _fp8_peak(sustained, shapes, device, gen)
+            if fp8.error is not None:
+                return Measurement(status=Status.WRONG_RESULT, env=env, error=fp8.error)
+            if fp8.skipped is not None:
+                skipped["fp8_e4m3"] = fp8.skipped
     extra: dict[str, Any] = {"bandwidth_gbs": bandwidth_gbs, "peak_tflops": sustained.peaks(),
-                             "curve": sustained.curve, "burst_tflops": sustained.burst,
+                             "peak_low_tflops": sustained.lows(), "passes": passes,
+                             "curve": sustained.curve(), "curve_passes": sustained.curve_passes(),
+                             "burst_tflops": sustained.burst,
                              "sustain_ms": sustained.sustain_ms, "copy_bytes": nbytes,
                              "peak_shapes": [list(s) for s in shapes]}
     if skipped:
@@ -94,28 +114,56 @@ def calibrate(env: dict[str, Any], bench: Any, cuda: bool) -> Measurement:
                        env={**env, "timing": copy.method}, extra=extra)
 
 
+Shape = tuple[int, int, int]
+
+
 class _Sustained:
     """Times GEMMs cold, runs each back to back for ``sustain_ms``, times it again, and keeps
-    by precision: ``curve`` (flops, sustained TFLOP/s) per shape and ``burst`` (the best cold
-    TFLOP/s). ``peaks()``: the best sustained TFLOP/s of each precision."""
+    by precision and shape the sustained TFLOP/s of every pass, and by precision ``burst``
+    (the best cold TFLOP/s).
+
+    ``curve()``: (flops, median sustained TFLOP/s over the passes) per shape; ``peaks()``: the
+    best of those medians per precision; ``lows()``: the lowest pass of the shape that sets the
+    peak (the peak itself after one pass)."""
 
     def __init__(self, bench: Any, sustain_ms: float) -> None:
         self.bench = bench
         self.sustain_ms = sustain_ms
-        self.curve: dict[str, list[list[float]]] = {}
+        self.runs: dict[str, dict[Shape, list[float]]] = {}
         self.burst: dict[str, float] = {}
 
-    def __call__(self, name: str, fn: Callable[[], Any], flops: int) -> None:
+    def __call__(self, name: str, shape: Shape, fn: Callable[[], Any]) -> None:
+        flops = 2 * shape[0] * shape[1] * shape[2]
         cold = self.bench([fn])
         for _ in range(math.ceil(self.sustain_ms * 1e3 / max(cold.median_us, 1.0))):
             fn()
         hot = self.bench([fn]) if self.sustain_ms > 0 else cold
-        self.curve.setdefault(name, []).append([flops, flops / (hot.median_us * 1e-6) / 1e12])
+        self.runs.setdefault(name, {}).setdefault(shape, []).append(
+            flops / (hot.median_us * 1e-6) / 1e12)
         self.burst[name] = max(self.burst.get(name, 0.0),
                                flops / (cold.median_us * 1e-6) / 1e12)
 
+    def drop(self, name: str) -> None:
+        """Forget a precision (its peak cannot be measured on every shape)."""
+        self.runs.pop(name, None)
+        self.burst.pop(name, None)
+
+    def curve(self) -> dict[str, list[list[float]]]:
+        return {name: [[2 * m * n * k, statistics.median(ts)] for (m, n, k), ts in by.items()]
+                for name, by in self.runs.items()}
+
+    def curve_passes(self) -> dict[str, list[list[Any]]]:
+        return {name: [[2 * m * n * k, list(ts)] for (m, n, k), ts in by.items()]
+                for name, by in self.runs.items()}
+
+    def _peak_shape(self, name: str) -> list[float]:
+        return max(self.runs[name].values(), key=statistics.median)
+
     def peaks(self) -> dict[str, float]:
-        return {name: max(t for _, t in points) for name, points in self.curve.items()}
+        return {name: statistics.median(self._peak_shape(name)) for name in self.runs}
+
+    def lows(self) -> dict[str, float]:
+        return {name: min(self._peak_shape(name)) for name in self.runs}
 
 
 class _Peak(NamedTuple):
@@ -125,10 +173,10 @@ class _Peak(NamedTuple):
     error: str | None = None
 
 
-def _fp8_peak(sustained: _Sustained, shapes: tuple[tuple[int, int, int], ...], device: Any,
-              gen: Any) -> _Peak:
-    """The fp8 e4m3 points of ``sustained``: ``torch._scaled_mm`` (per-tensor scales, B
-    column-major, bf16 out, as the fp8 library candidates run) on the peak shapes.
+def _fp8_peak(sustained: _Sustained, shapes: tuple[Shape, ...], device: Any, gen: Any
+              ) -> _Peak:
+    """One pass of the fp8 e4m3 points of ``sustained``: ``torch._scaled_mm`` (per-tensor
+    scales, B column-major, bf16 out, as the fp8 library candidates run) on the peak shapes.
 
     A device or build without fp8 GEMMs (a GPU before sm_89, a torch without the kernel) raises
     before anything runs: the peak is skipped, so fp8 problems there get no roofline while the
@@ -149,10 +197,9 @@ def _fp8_peak(sustained: _Sustained, shapes: tuple[tuple[int, int, int], ...], d
             call()
         except (RuntimeError, NotImplementedError) as exc:
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
-            sustained.curve.pop("fp8_e4m3", None)  # no peak from some of the shapes
-            sustained.burst.pop("fp8_e4m3", None)
+            sustained.drop("fp8_e4m3")  # no peak from some of the shapes
             return _Peak(skipped=f"torch._scaled_mm does not run here: {first[:300]}")
-        sustained("fp8_e4m3", call, 2 * m * n * k)
+        sustained("fp8_e4m3", (m, n, k), call)
         if not bool(torch.isfinite(out).all()):
             return _Peak(error=f"fp8_e4m3 {m}x{n}x{k} torch._scaled_mm gave non-finite values")
         del a, b, out
@@ -161,7 +208,8 @@ def _fp8_peak(sustained: _Sustained, shapes: tuple[tuple[int, int, int], ...], d
 
 def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets: int,
            seed: int) -> Measurement:
-    """Re-check and time the library and the custom contender interleaved."""
+    """Re-check and time the library and the custom contender (and cuBLAS as the reference,
+    when the config names one) interleaved."""
     import torch
 
     from kernel_templates.inputs import make_inputs
@@ -173,7 +221,9 @@ def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets:
     spec = cand.config
     rounds = int(spec.get("rounds", 5))
     contenders: dict[str, Candidate] = {}
-    for side in ("library", "custom"):
+    sides = ("library", "custom", "reference") if spec.get("reference") is not None else \
+        ("library", "custom")
+    for side in sides:
         part = spec.get(side)
         if not isinstance(part, dict) or "backend" not in part:
             return Measurement(status=Status.INVALID, env=env,
@@ -195,19 +245,19 @@ def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets:
                                      f"tolerance {tol:.3g} on the re-check",
                                extra={f"{side}_rel_error": err})
         calls[side] = fns
-    times: dict[str, list[float]] = {"library": [], "custom": []}
+    times: dict[str, list[float]] = {side: [] for side in sides}
     reps: list[int] = []
     for r in range(rounds):
-        order = ("library", "custom") if r % 2 == 0 else ("custom", "library")
-        for side in order:
+        # rotate the order, so that no contender always runs right after another
+        for side in sides[r % len(sides):] + sides[:r % len(sides)]:
             timing = bench(calls[side])
             times[side].append(timing.median_us)
             reps.append(timing.reps)
-    lib, cus = times["library"], times["custom"]
+    cus = times["custom"]
+    extra: dict[str, Any] = {f"{side}_us": times[side] for side in sides}
+    extra.update({f"{side}_rel_error": errors[side] for side in sides})
+    extra.update({"order": f"rotating: {', '.join(sides)} first", "round_reps": reps})
     return Measurement(
         status=Status.OK, median_us=statistics.median(cus), p20_us=min(cus), p80_us=max(cus),
         reps=rounds, rel_error=errors["custom"], bench_s=time.perf_counter() - t0,
-        env={**env, "input_sets": n_sets},
-        extra={"library_us": lib, "custom_us": cus, "library_rel_error": errors["library"],
-               "custom_rel_error": errors["custom"], "order": "alternating, library first",
-               "round_reps": reps})
+        env={**env, "input_sets": n_sets}, extra=extra)

@@ -153,8 +153,11 @@ class ReplayDevice:
         if wrong.get("status", "ok") != "ok":
             return Verification(a.library.id, a.custom.id, str(wrong["status"]),
                                 gpu_s=self.gpu_s_per_trial, error="recheck failed")
+        ref = a.reference
         return Verification(a.library.id, a.custom.id, "ok", rounds(a.library),
-                            rounds(a.custom), gpu_s=2 * self.gpu_s_per_trial)
+                            rounds(a.custom), gpu_s=(2 + (ref is not None)) * self.gpu_s_per_trial,
+                            reference_id=ref.id if ref is not None else None,
+                            reference_us=rounds(ref) if ref is not None else ())
 
     def _evidence(self, state: _State) -> Evidence:
         return Evidence(

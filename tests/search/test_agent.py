@@ -79,6 +79,25 @@ def test_the_rationale_names_the_peak_and_bandwidth_of_the_roofline() -> None:
     assert d.roofline.peak_tflops == pytest.approx(peak)
 
 
+def test_the_roofline_carries_the_calibrations_lowest_pass() -> None:
+    cal = Calibration("gpu", 3000.0, {"bf16": 800.0, "fp32": 50.0, "tf32": 400.0},
+                      peak_low_tflops={"bf16": 776.0, "tf32": 380.0})
+    square = roofline(GemmProblem(4096, 4096, 4096), cal)
+    assert square is not None and square.peak_low_tflops == 776.0
+    assert square.attainable_low_peak_us == pytest.approx(square.attainable_us * 800 / 776)
+    measured = square.attainable_us / 0.89
+    assert square.efficiency(measured) == pytest.approx(0.89)
+    assert square.efficiency_at_low_peak(measured) == pytest.approx(0.89 * 800 / 776)
+    assert square.to_dict()["peak_low_tflops"] == 776.0
+    # memory-bound: the compute peak's noise does not move the floor
+    decode = roofline(GemmProblem(16, 4096, 4096), cal)
+    assert decode is not None and decode.bound == "memory"
+    assert decode.efficiency_at_low_peak(100.0) == decode.efficiency(100.0)
+    # fp32 run as tf32: the low pass of the precision that sets the peak; none kept: the peak
+    assert cal.peak_low("fp32", allow_tf32=True) == 380.0 and cal.peak_low("fp32") == 50.0
+    assert Calibration.from_dict(cal.to_dict()) == cal
+
+
 def test_calibration_goes_stale_when_the_toolkit_changes() -> None:
     cal = Calibration("gpu", 1.0, {"bf16": 1.0},
                       {"driver": "580", "cuda": "13.0", "torch": "2.11"})
@@ -112,6 +131,27 @@ def test_library_at_half_the_roofline_searches() -> None:
     # The recorded Triton kernels are ~1.9x faster than this (slowed) library: custom wins.
     assert d.verdict == Verdict.CUSTOM_WINS and d.verified and d.chosen == "custom"
     assert d.speedup is not None and d.speedup > 1.5
+
+
+def test_a_library_within_the_calibrations_noise_of_the_threshold_is_sufficient() -> None:
+    # the calibration's lowest pass 3% under its median peak: a compute-bound library at 88%
+    # of the roofline reads 90.7% against that pass, within the noise of the 90% threshold
+    peak = H100_REPLAY_CALIBRATION.peak("bf16")
+    noisy = replace(H100_REPLAY_CALIBRATION, peak_low_tflops={"bf16": 0.97 * peak})
+    attainable = roofline(problem_of(SQUARE), noisy).attainable_us
+    d = run_shape(SQUARE, POLICY, library_us=attainable / 0.88, calibration=noisy)
+    assert d.verdict == Verdict.LIBRARY_SUFFICIENT and custom_trials(d) == 0
+    assert d.library.efficiency == pytest.approx(0.88)
+    assert "within the calibration's own noise" in d.rationale
+    assert f"(lowest calibration pass {0.97 * peak:.0f})" in d.rationale
+    # the same library without the passes' spread, or further under the threshold: searched
+    assert custom_trials(run_shape(SQUARE, POLICY, library_us=attainable / 0.88)) > 0
+    assert custom_trials(run_shape(SQUARE, POLICY, library_us=attainable / 0.86,
+                                   calibration=noisy)) > 0
+    # a memory-bound library's floor is the bandwidth: the compute peak's noise is no excuse
+    decode = roofline(problem_of(DECODE), noisy).attainable_us
+    d2 = run_shape(DECODE, POLICY, library_us=decode / 0.88, calibration=noisy)
+    assert custom_trials(d2) > 0 and d2.verdict != Verdict.LIBRARY_SUFFICIENT
 
 
 def test_forced_custom_searches_even_when_the_library_is_sufficient() -> None:
@@ -175,6 +215,7 @@ def test_verification_is_requested_then_decides() -> None:
     p = plan(_finished_evidence(None))
     assert p.stage == Stage.VERIFY and isinstance(p.actions[-1], Verify)
     assert (p.actions[-1].library.id, p.actions[-1].custom.id) == (1, 2)
+    assert p.actions[-1].reference is None  # the library's pick is cuBLAS itself
     pending = plan(_finished_evidence(Verification(1, 2)))
     assert isinstance(pending.actions[-1], Wait)
     done = plan(_finished_evidence(Verification(1, 2, "ok", (20.0,) * 5, (15.0, 15.1, 14.9,

@@ -14,6 +14,7 @@ import pytest
 from search.agent import (
     CUTLASS_TIER,
     Decide,
+    Decision,
     Evidence,
     Policy,
     Search,
@@ -21,6 +22,8 @@ from search.agent import (
     StopTier,
     Trial,
     Verdict,
+    Verification,
+    Verify,
     Wait,
     cutlass_progress,
     plan,
@@ -103,9 +106,59 @@ def test_triton_must_beat_the_cutlass_best_which_is_the_library_in_verdict_two()
     assert d.tiers[0]["reason"].startswith("stalled")  # 8 trials without a gain
     # the recorded Triton kernels beat 1.3x the attainable: custom wins against CUTLASS
     assert d.verdict == Verdict.CUSTOM_WINS and d.verified
-    # over cuBLAS: cuBLAS over CUTLASS in the search (2.0 / 1.3) times the verified speed-up
-    # over CUTLASS (interleaved), never cuBLAS's search time over the verified custom time
-    assert d.speedup_vs_cublas == pytest.approx(2.0 / 1.3 * d.speedup)
+    # cuBLAS ran in the verification's rounds beside the CUTLASS pick: the speed-up over it is
+    # its interleaved median over the custom kernel's, never its search time over a verified one
+    (verify,) = [line for line in dev.log if "Verify(" in line]
+    assert "backend='cublas'" in verify.split("reference=Trial(")[1].split(",")[1]
+    assert d.reference is not None and d.reference.backend == "cublas"
+    assert d.reference.median_us == pytest.approx(2.0 * ATTAINABLE)  # FAKE rounds' median
+    assert d.speedup_vs_cublas == pytest.approx(d.reference.median_us / d.custom.median_us)
+    assert d.to_dict()["reference"]["backend"] == "cublas"
+    assert "cublas ran in the same rounds for reference" in d.rationale
+
+
+def _verified(reference_us: float, library_us: float, custom_us: float) -> Decision:
+    """A decision on a FAKE verification (times in units of 10 us: cuBLAS about half the
+    roofline): cuBLAS (id 1, 40 in the first stage), a CUTLASS pick (id 2, 38), a custom kernel
+    (id 3, 37.8 in the search)."""
+    jitter = (1.0, 0.99, 1.01, 0.995, 1.005)
+    u = 10.0
+
+    def rounds(x: float) -> tuple[float, ...]:
+        return tuple(x * u * j for j in jitter)
+
+    ev = Evidence(
+        problem=PROBLEM, policy=Policy(cutlass_trials=0),
+        calibration=H100_REPLAY_CALIBRATION,
+        library_configs=(("cublas", {}), ("cutlass", op(1))), tiers=replay_tiers(PROBLEM),
+        trials=(Trial(1, "cublas", {}, None, "ok", 40.0 * u, 39.8 * u, 40.2 * u),
+                Trial(2, "cutlass", op(1), None, "ok", 38.0 * u, 37.8 * u, 38.2 * u),
+                Trial(3, "triton", {"x": 1}, "tiles", "ok", 37.8 * u, 37.6 * u, 38.0 * u)),
+        exhausted_tiers=frozenset(t.name for t in replay_tiers(PROBLEM)), max_trials=1,
+        verification=Verification(2, 3, "ok", rounds(library_us), rounds(custom_us), 1.0, None,
+                                  1, rounds(reference_us)))
+    action = plan(replace(ev, verification=None)).actions[-1]
+    assert isinstance(action, Verify) and action.reference is not None
+    assert (action.library.id, action.custom.id, action.reference.id) == (2, 3, 1)
+    (decide,) = plan(ev).actions
+    assert isinstance(decide, Decide)
+    return decide.decision
+
+
+def test_cublas_faster_than_the_cutlass_pick_interleaved_is_the_library_side() -> None:
+    # interleaved, cuBLAS (38.0) beats the CUTLASS pick (39.6) the stage timings made: the
+    # custom kernel (39.0) must beat cuBLAS, and does not
+    d = _verified(reference_us=38.0, library_us=39.6, custom_us=39.0)
+    assert d.verdict == Verdict.LIBRARY_WINS_AFTER_SEARCH
+    assert d.library is not None and d.library.backend == "cublas"
+    assert d.library.candidate_id == 1 and d.library.median_us == pytest.approx(380.0)
+    assert d.speedup_vs_cublas == pytest.approx(1.0)
+    assert "was faster than the library's pick cutlass" in d.rationale
+    # cuBLAS slower: the CUTLASS pick stays the library side, and the custom kernel beats it
+    d2 = _verified(reference_us=41.0, library_us=39.6, custom_us=37.0)
+    assert d2.verdict == Verdict.CUSTOM_WINS and d2.library.backend == "cutlass"
+    assert d2.speedup_vs_cublas == pytest.approx(41.0 / 37.0)
+    assert d2.speedup == pytest.approx(39.6 / 37.0)
 
 
 def test_full_search_spends_the_cutlass_trial_budget_and_zero_trials_disables_it() -> None:

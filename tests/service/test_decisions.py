@@ -138,6 +138,37 @@ def test_calibration_is_measured_once_then_reused_until_refreshed(client: TestCl
 
 
 @pytest.mark.uncalibrated
+def test_a_library_within_the_calibrations_noise_of_the_threshold_is_sufficient(
+        client: TestClient, driver: Any) -> None:
+    # FAKE calibration in three passes: bf16 peak (median) 800 TFLOP/s, its lowest pass 776
+    cal = driver.fake_calibration()
+    cal["extra"]["peak_low_tflops"] = {"bf16": 776.0, "fp16": 776.0}
+    square = dict(driver.PROBLEM, m=4096, n=4096, k=4096, dtype="bf16")
+    attainable = 2 * 4096**3 / 800e12 * 1e6  # compute-bound
+    w = driver.register()
+    job = driver.submit({"max_trials": 4}, problem=square, policy=AGENT)
+    grant = driver.lease(w)
+    for c in grant["candidates"]:
+        m = cal if c["backend"] == "calibrate" else driver.fake_ok(attainable / 0.89)
+        driver.report(w, grant["lease_id"], c["id"], m)
+    (stored,) = client.get("/v1/calibrations").json()["items"]
+    assert stored["peak_low_tflops"] == {"bf16": 776.0, "fp16": 776.0}
+    d = driver.job(job["id"])["decision"]
+    # 89% of the roofline at 800 TFLOP/s, 91.8% at 776: the threshold is inside the noise
+    assert d["verdict"] == "library_sufficient" and d["spend"]["custom"]["trials"] == 0
+    assert d["efficiency_library"] == pytest.approx(0.89)
+    assert "within the calibration's own noise" in d["rationale"]
+    assert "91.8% at the lowest peak a calibration pass measured (776 TFLOP/s)" in d["rationale"]
+    assert d["roofline"]["peak_low_tflops"] == 776.0
+    # 86% is out of that noise (88.7% at 776): searched
+    job2 = driver.submit({"max_trials": 4}, problem=dict(square, k=2048), policy=AGENT)
+    grant = driver.lease(w)
+    (lib,) = grant["candidates"]
+    driver.report(w, grant["lease_id"], lib["id"], driver.fake_ok(attainable / 2 / 0.86))
+    assert driver.job(job2["id"])["stage"] == "custom"
+
+
+@pytest.mark.uncalibrated
 def test_a_new_driver_makes_the_calibration_stale(client: TestClient, driver: Any) -> None:
     w = driver.register()
     driver.submit({"max_trials": 1}, policy=AGENT)
