@@ -30,6 +30,28 @@ def test_noise_is_the_larger_spread_and_at_least_one_percent() -> None:
     assert bench_agent.noise(decision(0.01, 0.03)) == pytest.approx(0.03)
     assert bench_agent.noise(decision(0.002, 0.001)) == pytest.approx(0.01)
     assert bench_agent.noise({}) == pytest.approx(0.01)
+    # cuBLAS's rounds in the verification, when it ran as the reference, count too
+    with_ref = {**decision(0.01, 0.02), "reference": {"median_us": 50.0, "spread_us": 3.0}}
+    assert bench_agent.noise(with_ref) == pytest.approx(0.06)
+
+
+def test_the_other_mode_gets_the_calibration_the_first_one_measured(tmp_path) -> None:
+    from db import calibrations
+    from db.engine import Database
+    from db.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'full.db'}"
+    upgrade(url)
+    measured = {"gpu": "GPU (FAKE)", "bandwidth_gbs": 3000.0, "peak_tflops": {"bf16": 800.0},
+                "peak_low_tflops": {"bf16": 776.0}, "env": {"driver": "fake", "cuda": "13.0",
+                                                            "torch": "fake"}}
+    bench_agent.seed_calibration(url, measured)
+    db = Database(url)
+    with db.read_session() as s:
+        stored = calibrations.latest(s, "GPU (FAKE)")
+    db.engine.dispose()
+    assert stored is not None and stored.peak_tflops == {"bf16": 800.0}
+    assert stored.peak_low_tflops == {"bf16": 776.0} and stored.env == measured["env"]
 
 
 @pytest.mark.parametrize(("full", "agent", "ratio", "want", "met"), [
