@@ -16,7 +16,9 @@ Stages::
                          ->  verdict 1: efficiency = attainable / the library's best time
                              (``policy.tune_library=False``: asked on a first wave of cuBLAS
                              and the best-ranked seed, and on each CUTLASS result after it)
-        >= threshold  ->  library_sufficient (stop: no custom trial is spent)
+        >= threshold  ->  library_sufficient (stop: no custom trial is spent; a pick other
+                          than cuBLAS, or one within ``verify_margin`` of it, is first
+                          confirmed against cuBLAS interleaved, and the faster is the pick)
         else          ->  custom: tiers in order (plain tiles -> split-K -> Hopper variants ->
                           lower precision, those that apply), each with its share of the
                           trial budget; a tier stops early when it stalls (no > min_gain
@@ -82,7 +84,17 @@ class Policy:
     1 is asked after a first wave of cuBLAS and the ``first_cutlass_seeds`` best-ranked seeds,
     and a sufficient library ends the job there, unsearched and unrefined (the cheapest); the
     other seeds are measured, and the CUTLASS search run, only if the wave falls short of the
-    threshold."""
+    threshold.
+
+    ``confirm_library`` (the default): a decision that keeps the library (verdict 1, or no
+    custom tier serves the problem) whose best kernel is not cuBLAS, or is cuBLAS with another
+    library kernel within ``verify_margin`` of it, first re-measures that kernel and cuBLAS
+    interleaved (``verify_rounds`` rounds, rotating order) and picks the faster there. The
+    stage timings of the two were taken minutes apart on a GPU whose clock moves with its
+    temperature: on the H100, cuBLAS on 8192^3 read 1418 us in a first-stage trial and
+    1504-1591 us in the rounds of a verification minutes later, while the CUTLASS and Triton
+    kernels held 1400-1440 us (``docs/benchmarks/agent_h100_2026-11-23.md``). The decision's
+    speed-up over cuBLAS is then measured in one set of rounds, as after a custom search."""
 
     threshold: float = 0.9
     force_custom: bool = False
@@ -99,6 +111,7 @@ class Policy:
     cutlass_compile_s: float = 900.0
     first_cutlass_seeds: int = 1
     tune_library: bool = True
+    confirm_library: bool = True
 
     def __post_init__(self) -> None:
         checks = {
@@ -168,10 +181,11 @@ class Trial:
 @dataclass(frozen=True)
 class Verification:
     """Interleaved re-measurement: per-round medians of each contender (and of cuBLAS, the
-    ``reference``, when the library's pick is another library kernel)."""
+    ``reference``, when the library's pick is another library kernel). ``custom_id`` None: a
+    library confirmation (the library's pick against cuBLAS only, see :class:`Verify`)."""
 
     library_id: int
-    custom_id: int
+    custom_id: int | None
     status: str | None = None  # None: outstanding
     library_us: tuple[float, ...] = ()
     custom_us: tuple[float, ...] = ()
@@ -247,10 +261,15 @@ class StopTier:
 class Verify:
     """Re-measure ``library`` and ``custom`` interleaved; ``reference`` (cuBLAS, when the
     library's pick is another library kernel) runs in the same rounds, so the speed-up over
-    cuBLAS is measured, not pieced together from timings taken minutes apart."""
+    cuBLAS is measured, not pieced together from timings taken minutes apart.
+
+    ``custom`` None: a library confirmation. The library is sufficient (or no custom kernel
+    can serve the problem) and its two best kernels, cuBLAS and another (a CUTLASS op), are
+    within ``policy.verify_margin`` of each other in the stage timings: they are re-measured
+    interleaved, and the faster there is the library's pick."""
 
     library: Trial
-    custom: Trial
+    custom: Trial | None
     rounds: int
     reference: Trial | None = None
 
@@ -563,8 +582,17 @@ def plan(ev: Evidence) -> Plan:
               and (not cut.ended or cut_out))
     if not skip_verdict1 and not tuning and lib is not None and lib_eff is not None \
             and _reaches(rf, lib.median_us, pol.threshold):
+        pair = _confirmation(ev)
+        conf: Verification | None = None
+        if pair is not None:
+            if cut is not None and not cut.ended:  # tune_library=False: the search is moot
+                actions.append(StopTier(CUTLASS_TIER, "the library reached the threshold"))
+            step = _confirm(ev, pair, actions)
+            if isinstance(step, Plan):
+                return step
+            conf = step
         return Plan(Stage.DECIDED, (Decide(_with_notes(
-            ev, cut, _decide_library_sufficient(ev, rf, lib, lib_eff, held))),))
+            ev, cut, _decide_library_sufficient(ev, rf, lib, lib_eff, held, pair, conf))),))
     # The CUTLASS search: library side, so before any custom tier, and it raises the library
     # best the custom kernels must beat (without tune_library, verdict 1 above is asked again
     # on each result; with it, once the search has ended).
@@ -586,8 +614,15 @@ def plan(ev: Evidence) -> Plan:
     if not ev.custom_allowed or no_tier:
         if lib_pending:
             return Plan(Stage.LIBRARY, (*actions, Wait("waiting for the library")))
+        pair = _confirmation(ev)
+        conf = None
+        if pair is not None:
+            step = _confirm(ev, pair, actions)
+            if isinstance(step, Plan):
+                return step
+            conf = step
         return Plan(Stage.DECIDED, (Decide(_with_notes(
-            ev, cut, _decide_no_custom(ev, rf, lib, lib_eff))),))
+            ev, cut, _decide_no_custom(ev, rf, lib, lib_eff, pair, conf))),))
 
     # custom stage
     progress = tier_progress(ev)
@@ -658,6 +693,64 @@ def _reaches(rf: Roofline | None, us: float | None, threshold: float) -> bool:
     tell that library from one at the threshold, and a tie goes to the library."""
     eff = rf.efficiency_at_low_peak(us) if rf is not None else None
     return eff is not None and eff >= threshold
+
+
+def _confirmation(ev: Evidence) -> tuple[Trial, Trial] | None:
+    """The library kernels a decision that keeps the library re-measures interleaved
+    (``policy.confirm_library``): the best correct library kernel other than cuBLAS and
+    cuBLAS's best, when the other is faster than cuBLAS or within ``verify_margin`` of it in
+    the stage timings. None: nothing to confirm (no cuBLAS, no other kernel, the other far
+    behind, the policy off, or the time is up)."""
+    pol = ev.policy
+    if not pol.confirm_library or ev.time_up:
+        return None
+    cublas = _best([t for t in ev.library if t.backend == Backend.CUBLAS])
+    other = _best([t for t in ev.library if t.backend != Backend.CUBLAS])
+    if cublas is None or other is None:
+        return None
+    if other.median_us > cublas.median_us * (1 + pol.verify_margin):
+        return None
+    return other, cublas
+
+
+def _confirm(ev: Evidence, pair: tuple[Trial, Trial], actions: list[Action]
+             ) -> Plan | Verification:
+    """The confirmation of ``pair`` (other, cuBLAS): a plan that asks for it or waits for it,
+    or its finished :class:`Verification`."""
+    other, cublas = pair
+    v = ev.verification
+    if v is None or v.custom_id is not None or (v.library_id, v.reference_id) != (
+            other.id, cublas.id):
+        return Plan(Stage.VERIFY, (*actions, Verify(other, None, ev.policy.verify_rounds,
+                                                    cublas)))
+    if v.status is None:
+        return Plan(Stage.VERIFY, (*actions, Wait("waiting for the library confirmation")))
+    return v
+
+
+def _confirmed(rf: Roofline | None, pair: tuple[Trial, Trial], v: Verification
+               ) -> tuple[Pick, Pick | None, str]:
+    """The library's pick after the confirmation ``v`` of ``pair`` (other, cuBLAS), cuBLAS in
+    its rounds (the decision's ``reference``; None when the confirmation failed) and a
+    sentence for the rationale. A failed confirmation (the other kernel wrong on the re-check,
+    a crash) leaves cuBLAS, at its stage timing, the pick."""
+    other, cublas = pair
+    if v.status != "ok" or not v.library_us or not v.reference_us:
+        return _pick(cublas, rf), None, (
+            f"The interleaved confirmation of {other.backend} against cuBLAS failed "
+            f"({v.status}: {v.error or 'no detail'}): cuBLAS is the library's pick.")
+    om, orng = statistics.median(v.library_us), _range(v.library_us)
+    cm, crng = statistics.median(v.reference_us), _range(v.reference_us)
+    ref = _pick(cublas, rf, cm, crng)
+    n = len(v.library_us)
+    if om < cm:
+        return _pick(other, rf, om, orng), ref, (
+            f"Interleaved over {n} rounds, {other.backend} took {om:.2f} us (range "
+            f"{orng:.2f}) and cuBLAS {cm:.2f} us (range {crng:.2f}): {cm / om:.3f}x, "
+            f"{other.backend} is the library's pick.")
+    return ref, ref, (
+        f"Interleaved over {n} rounds, cuBLAS took {cm:.2f} us (range {crng:.2f}) and "
+        f"{other.backend} {om:.2f} us (range {orng:.2f}): cuBLAS is the library's pick.")
 
 
 # -- decisions -------------------------------------------------------------------------------
@@ -733,8 +826,9 @@ def _describe_roofline(rf: Roofline | None) -> str:
             f"(compute {rf.compute_us:.1f} us{peak}, memory {rf.memory_us:.1f} us{bw})")
 
 
-def _decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial,
-                               eff: float, held: int = 0) -> Decision:
+def _decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial, eff: float,
+                               held: int = 0, pair: tuple[Trial, Trial] | None = None,
+                               conf: Verification | None = None) -> Decision:
     threshold = ev.policy.threshold
     if eff >= threshold:
         why = (f"{_describe_roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us, "
@@ -752,12 +846,17 @@ def _decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial,
         why += (f" The {seeds} not measured: the library reached the threshold without "
                 f"{'them' if held > 1 else 'it'} (policy first_cutlass_seeds="
                 f"{ev.policy.first_cutlass_seeds}).")
-    return Decision(Verdict.LIBRARY_SUFFICIENT, why, _pick(lib, rf), None, rf, 1.0, False,
-                    _spend(ev), (), ev.policy.to_dict())
+    pick, reference = _pick(lib, rf), None
+    if pair is not None and conf is not None:
+        pick, reference, said = _confirmed(rf, pair, conf)
+        why += " " + said
+    return Decision(Verdict.LIBRARY_SUFFICIENT, why, pick, None, rf, 1.0, False,
+                    _spend(ev), (), ev.policy.to_dict(), reference=reference)
 
 
 def _decide_no_custom(ev: Evidence, rf: Roofline | None, lib: Trial | None,
-                      eff: float | None) -> Decision:
+                      eff: float | None, pair: tuple[Trial, Trial] | None = None,
+                      conf: Verification | None = None) -> Decision:
     inapplicable = [t for t in ev.tiers if not t.applicable] if ev.custom_allowed else []
     skipped = tuple({"tier": t.name, "trials": 0, "ended": True, "reason": f"skipped: {t.reason}"}
                     for t in inapplicable)
@@ -773,8 +872,13 @@ def _decide_no_custom(ev: Evidence, rf: Roofline | None, lib: Trial | None,
         eff_text = f"{eff:.0%} of the attainable" if eff is not None else "efficiency unknown"
         why = (f"{_describe_roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us "
                f"({eff_text}); {no_custom}, so the library stands.")
-    return Decision(Verdict.LIBRARY_SUFFICIENT, why, _pick(lib, rf) if lib else None, None, rf,
-                    1.0 if lib else None, False, _spend(ev), skipped, ev.policy.to_dict())
+    pick, reference = (_pick(lib, rf) if lib else None), None
+    if pair is not None and conf is not None:
+        pick, reference, said = _confirmed(rf, pair, conf)
+        why += " " + said
+    return Decision(Verdict.LIBRARY_SUFFICIENT, why, pick, None, rf,
+                    1.0 if pick else None, False, _spend(ev), skipped, ev.policy.to_dict(),
+                    reference=reference)
 
 
 def _decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,

@@ -378,7 +378,8 @@ def _trial(c: CandidateRecord, m: MeasurementRecord | None) -> agent.Trial:
 
 
 def _verification(c: CandidateRecord, m: MeasurementRecord | None) -> agent.Verification:
-    lib_id, cus_id = int(c.config.get("library_id", 0)), int(c.config.get("custom_id", 0))
+    lib_id = int(c.config.get("library_id", 0))
+    cus_id = int(c.config["custom_id"]) if c.config.get("custom_id") is not None else None
     if m is None:
         status = "crashed" if c.status == CandidateStatus.FAILED else None
         return agent.Verification(lib_id, cus_id, status, error=c.failure_reason)
@@ -392,9 +393,12 @@ def _verification(c: CandidateRecord, m: MeasurementRecord | None) -> agent.Veri
 
 
 def _verify_config(v: agent.Verify) -> dict[str, Any]:
-    config = {"library": {"backend": v.library.backend, "config": dict(v.library.config)},
-              "custom": {"backend": v.custom.backend, "config": dict(v.custom.config)},
-              "rounds": v.rounds, "library_id": v.library.id, "custom_id": v.custom.id}
+    config: dict[str, Any] = {
+        "library": {"backend": v.library.backend, "config": dict(v.library.config)},
+        "rounds": v.rounds, "library_id": v.library.id}
+    if v.custom is not None:  # None: a library confirmation (the pick against cuBLAS)
+        config["custom"] = {"backend": v.custom.backend, "config": dict(v.custom.config)}
+        config["custom_id"] = v.custom.id
     if v.reference is not None:
         config["reference"] = {"backend": v.reference.backend,
                                "config": dict(v.reference.config)}

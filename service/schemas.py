@@ -138,6 +138,11 @@ class PolicyIn(_In):
                                                  "is asked once that search ends (false: "
                                                  "after the first wave, and a sufficient "
                                                  "library ends the job unsearched)")
+    confirm_library: bool = Field(True, description="a decision that keeps the library "
+                                                    "re-measures its pick (when not cuBLAS, "
+                                                    "or within verify_margin of it) and "
+                                                    "cuBLAS interleaved, and the faster is "
+                                                    "the pick")
 
 
 class ReopenIn(_In):

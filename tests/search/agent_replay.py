@@ -149,13 +149,18 @@ class ReplayDevice:
     def _verify(self, a: Verify) -> Verification:
         def rounds(t: Trial) -> tuple[float, ...]:
             return verify_rounds(t.median_us, t.p20_us, t.p80_us, self.verify_jitter)
-        wrong = self.overrides.get(json.dumps(dict(a.custom.config), sort_keys=True), {})
-        if wrong.get("status", "ok") != "ok":
-            return Verification(a.library.id, a.custom.id, str(wrong["status"]),
-                                gpu_s=self.gpu_s_per_trial, error="recheck failed")
         ref = a.reference
-        return Verification(a.library.id, a.custom.id, "ok", rounds(a.library),
-                            rounds(a.custom), gpu_s=(2 + (ref is not None)) * self.gpu_s_per_trial,
+        cus_id = a.custom.id if a.custom is not None else None
+        checked = a.custom if a.custom is not None else a.library  # a confirmation: the pick
+        wrong = self.overrides.get(json.dumps(dict(checked.config), sort_keys=True), {})
+        if wrong.get("status", "ok") != "ok":
+            return Verification(a.library.id, cus_id, str(wrong["status"]),
+                                gpu_s=self.gpu_s_per_trial, error="recheck failed",
+                                reference_id=ref.id if ref is not None else None)
+        sides = 1 + (a.custom is not None) + (ref is not None)
+        return Verification(a.library.id, cus_id, "ok", rounds(a.library),
+                            rounds(a.custom) if a.custom is not None else (),
+                            gpu_s=sides * self.gpu_s_per_trial,
                             reference_id=ref.id if ref is not None else None,
                             reference_us=rounds(ref) if ref is not None else ())
 

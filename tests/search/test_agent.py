@@ -325,8 +325,10 @@ def test_library_notes_reach_the_rationale_and_every_library_trial_is_listed() -
     p = GemmProblem(4096, 4096, 4096)
     rf = roofline(p, cal)
     cut = {"op": "cutlass3x_x", "raster": "heuristic", "swizzle": 1, "splits": 1}
-    # tune_library off: a sufficient library ends the job without the CUTLASS search
-    ev = Evidence(problem=p, policy=replace(POLICY, tune_library=False), calibration=cal,
+    # tune_library off: a sufficient library ends the job without the CUTLASS search (and,
+    # confirm_library off, without re-measuring the pick beside cuBLAS: see below)
+    ev = Evidence(problem=p, policy=replace(POLICY, tune_library=False, confirm_library=False),
+                  calibration=cal,
                   library_configs=(("cublas", {}), ("cutlass", cut)),
                   library_notes=("CUTLASS skipped: a reason.",),
                   trials=(Trial(1, "cublas", {}, None, "ok", rf.attainable_us * 2),
@@ -393,3 +395,103 @@ def test_unsplit_tiers_are_skipped_only_where_split_k_alone_can_fill_the_sms(
     if not unsplit:
         assert "CTAs" in plans["tiles"].reason and "on the 132 SMs" in plans["tiles"].reason
         assert plans["hopper"].reason == plans["tiles"].reason
+
+
+# -- the library confirmation (policy.confirm_library) --------------------------------------
+# Stage timings as recorded on the H100 for 8192^3 bf16 (2026-11-23, call 1): cuBLAS 1418.5 us in
+# its first-stage trial, the CUTLASS pick 1414 us; interleaved minutes later cuBLAS read
+# 1504-1591 us and the other kernels 1398-1487 us.
+BIG = GemmProblem(8192, 8192, 8192)
+BIG_CAL = Calibration("gpu", 3000.0, {"bf16": 773.1, "fp16": 773.1, "fp32": 50.0})
+OP = {"op": "cutlass3x_sm90_x", "raster": "heuristic", "swizzle": 1, "splits": 1}
+
+
+def _big(*trials: Trial, verification: Verification | None = None,
+         policy: Policy = POLICY) -> Evidence:
+    return Evidence(problem=BIG, policy=replace(policy, tune_library=False),
+                    calibration=BIG_CAL, library_configs=(("cublas", {}), ("cutlass", OP)),
+                    tiers=(TierPlan("tiles", 1.0),), trials=trials, verification=verification,
+                    max_trials=64)
+
+
+CUBLAS_T = Trial(1, "cublas", {}, None, "ok", 1418.5, 1416.0, 1421.0)
+OP_T = Trial(2, "cutlass", OP, None, "ok", 1414.0, 1412.0, 1417.0)
+
+
+def test_a_sufficient_library_confirms_its_pick_against_cublas_interleaved() -> None:
+    ev = _big(CUBLAS_T, OP_T)
+    p = plan(ev)
+    v = p.actions[-1]
+    assert p.stage == Stage.VERIFY and isinstance(v, Verify)
+    assert v.library.id == OP_T.id and v.custom is None and v.reference is not None
+    assert v.reference.id == CUBLAS_T.id and v.rounds == POLICY.verify_rounds
+    # while it runs, the plan waits; nothing is decided
+    out = Verification(OP_T.id, None, reference_id=CUBLAS_T.id)
+    assert isinstance(plan(_big(CUBLAS_T, OP_T, verification=out)).actions[-1], Wait)
+    done = replace(out, status="ok", library_us=(1422.0, 1487.0, 1398.0, 1402.0, 1402.0),
+                   reference_us=(1541.0, 1507.0, 1504.0, 1591.0, 1564.0), gpu_s=1.2)
+    d = plan(_big(CUBLAS_T, OP_T, verification=done)).actions[-1]
+    assert isinstance(d, Decide)
+    dec = d.decision
+    assert dec.verdict == Verdict.LIBRARY_SUFFICIENT and not dec.verified
+    assert dec.library is not None and dec.library.backend == "cutlass"
+    assert dec.library.median_us == 1402.0 and dec.library.spread_us == 1487.0 - 1398.0
+    assert dec.reference is not None and dec.reference.median_us == 1541.0
+    # the speed-up over cuBLAS comes from the one set of rounds, not from the stage timings
+    assert dec.speedup_vs_cublas == pytest.approx(1541.0 / 1402.0)
+    assert dec.speedup == 1.0 and dec.spend["verify"] == {"trials": 1, "gpu_s": 1.2}
+    assert "Interleaved over 5 rounds" in dec.rationale and "cutlass is the library's pick" \
+        in dec.rationale
+    assert dec.to_dict()["reference"]["backend"] == "cublas"
+
+
+def test_cublas_faster_in_the_confirmation_is_the_pick() -> None:
+    done = Verification(OP_T.id, None, "ok", (1430.0, 1431.0, 1429.0, 1432.0, 1430.0),
+                        reference_id=CUBLAS_T.id,
+                        reference_us=(1420.0, 1419.0, 1421.0, 1418.0, 1420.0))
+    dec = plan(_big(CUBLAS_T, OP_T, verification=done)).actions[-1].decision
+    assert dec.library.backend == "cublas" and dec.library.median_us == 1420.0
+    assert dec.speedup_vs_cublas == 1.0
+    assert "cuBLAS is the library's pick" in dec.rationale
+
+
+def test_a_pick_wrong_on_the_confirmations_recheck_never_stays_the_pick() -> None:
+    bad = Verification(OP_T.id, None, "wrong_result", gpu_s=0.3, reference_id=CUBLAS_T.id,
+                       error="library (cutlass) rel_error 0.5 over tolerance 0.01")
+    dec = plan(_big(CUBLAS_T, OP_T, verification=bad)).actions[-1].decision
+    assert dec.verdict == Verdict.LIBRARY_SUFFICIENT
+    assert dec.library.backend == "cublas" and dec.library.median_us == CUBLAS_T.median_us
+    assert dec.reference is None and "failed (wrong_result" in dec.rationale
+
+
+def test_no_confirmation_without_a_close_rival_or_when_the_policy_is_off() -> None:
+    slow_op = replace(OP_T, median_us=CUBLAS_T.median_us * (1 + POLICY.verify_margin) + 1)
+    d = plan(_big(CUBLAS_T, slow_op)).actions[-1]
+    assert isinstance(d, Decide) and d.decision.library.backend == "cublas"
+    assert d.decision.reference is None
+    # cuBLAS ahead but within verify_margin: still confirmed (either may be faster)
+    close = replace(OP_T, median_us=CUBLAS_T.median_us * 1.02)
+    assert isinstance(plan(_big(CUBLAS_T, close)).actions[-1], Verify)
+    off = plan(_big(CUBLAS_T, OP_T, policy=replace(POLICY, confirm_library=False))).actions[-1]
+    assert isinstance(off, Decide) and off.decision.library.backend == "cutlass"
+    assert off.decision.reference is None
+    # cuBLAS alone: nothing to confirm
+    only = Evidence(problem=BIG, policy=POLICY, calibration=BIG_CAL,
+                    library_configs=(("cublas", {}),), tiers=(TierPlan("tiles", 1.0),),
+                    trials=(CUBLAS_T,), max_trials=64)
+    assert isinstance(plan(only).actions[-1], Decide)
+
+
+def test_a_confirmation_is_not_taken_for_the_custom_verification() -> None:
+    """Under the threshold the custom stage runs; a stored confirmation (no custom side) never
+    stands for verdict 2, which asks for its own."""
+    slow = replace(CUBLAS_T, median_us=2000.0, p20_us=1990.0, p80_us=2010.0)
+    op = replace(OP_T, median_us=1990.0, p20_us=1985.0, p80_us=1995.0)
+    cus = Trial(3, "triton", {"BLOCK_M": 128}, "tiles", "ok", 1500.0, 1495.0, 1505.0)
+    conf = Verification(op.id, None, "ok", (1990.0,) * 5, reference_id=slow.id,
+                        reference_us=(2000.0,) * 5)
+    ev = replace(_big(slow, op, cus, verification=conf,
+                      policy=replace(POLICY, cutlass_trials=0)),
+                 exhausted_tiers=frozenset({"tiles"}))
+    v = plan(ev).actions[-1]
+    assert isinstance(v, Verify) and v.custom is not None and v.custom.id == cus.id

@@ -50,11 +50,17 @@ def test_a_cutlass_worker_measures_cutlass_library_candidates_first(
                                    for r in ("heuristic", "along_m", "along_n")
                                    for w in (1, 2, 4, 8) if (r, w) != ("heuristic", 1)]
     _answer(driver, w, grant, {"cublas": 2 * ATTAINABLE_US, "cutlass": ATTAINABLE_US / 0.95})
-    searched = 0
+    searched, confirmed = 0, 0
     for _ in range(20):
         grant = driver.lease(w, n=16)
         if not grant["candidates"]:
             break
+        if {c["backend"] for c in grant["candidates"]} == {"verify"}:
+            # last: the CUTLASS pick confirmed against cuBLAS in one set of rounds
+            assert "custom" not in grant["candidates"][0]["config"]
+            confirmed += len(grant["candidates"])
+            _answer(driver, w, grant, {})
+            continue
         assert {c["backend"] for c in grant["candidates"]} == {"cutlass"}  # no Triton
         searched += len(grant["candidates"])
         _answer(driver, w, grant, {"cutlass": ATTAINABLE_US / 0.9})  # none faster
@@ -65,6 +71,9 @@ def test_a_cutlass_worker_measures_cutlass_library_candidates_first(
     assert d["config"]["op"] in {cfg["op"] for cfg in ops}
     assert "cutlass takes" in d["rationale"] and "CUTLASS search (library side)" in d["rationale"]
     assert searched == d["spend"]["cutlass"]["trials"] == 8  # the stall rule: patience 8
+    assert confirmed == d["spend"]["verify"]["trials"] == 1
+    assert d["reference"]["backend"] == "cublas"
+    assert d["speedup_vs_cublas"] == pytest.approx(2 * 0.95)
     listed = d["library_trials"]
     assert sorted(t["backend"] for t in listed if not t["search"]) == ["cublas"] + ["cutlass"] * 6
     assert sum(t["search"] for t in listed) == searched

@@ -160,6 +160,41 @@ def test_verification_times_cublas_as_the_reference_in_the_same_rounds(where: st
     assert len(m.extra["round_reps"]) == 15 and "reference" in m.extra["order"]
 
 
+@pytest.mark.parametrize("where", [pytest.param("cuda", marks=pytest.mark.gpu), "any"])
+def test_a_library_confirmation_times_the_pick_and_cublas_only(where: str) -> None:
+    config = {"library": {"backend": "triton", "config": TILE},
+              "reference": {"backend": "cublas", "config": {}}, "rounds": 5,
+              "library_id": 2, "reference_id": 1}
+    m = run("verify", config)
+    assert m.status == Status.OK, m.error
+    assert "custom_us" not in m.extra and len(m.extra["round_reps"]) == 10
+    for side in ("library", "reference"):
+        assert len(m.extra[f"{side}_us"]) == 5 and all(t > 0 for t in m.extra[f"{side}_us"])
+        assert m.extra[f"{side}_rel_error"] < 2e-3
+    # the measurement's own median is the pick's
+    assert m.median_us == sorted(m.extra["library_us"])[2]
+
+
+def test_a_pick_wrong_on_the_confirmations_recheck_fails_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernel_templates import registry
+
+    def sloppy(candidate, inputs):  # leaves element 0 of the (poisoned) output unwritten
+        def call():
+            full = torch.matmul(inputs.a, inputs.b)
+            inputs.out.view(-1)[1:] = full.view(-1)[1:]
+            return inputs.out
+        return call
+
+    monkeypatch.setitem(registry.BACKENDS, "cutlass", sloppy)
+    config = {"library": {"backend": "cutlass", "config": {}},
+              "reference": {"backend": "cublas", "config": {}}, "rounds": 5,
+              "library_id": 2, "reference_id": 1}
+    m = run("verify", config)
+    assert m.status == Status.WRONG_RESULT and m.median_us is None
+    assert "library (cutlass)" in (m.error or "")
+
+
 def test_verification_rotates_the_order_of_the_contenders_round_by_round() -> None:
     from workers import tasks
     from workers.bench import Timing
