@@ -34,6 +34,13 @@ pack() { tar czf "$out/results.tgz" -C "$work" --exclude='*.db' --exclude='trito
 "triton", triton.__version__, torch.cuda.get_device_name())'
   gpu_state start
 } 2>&1 | tee "$work/env.txt"
+# a benchmark that names CUTLASS must have it: a worker without it silently weighs cuBLAS alone
+case ",${BACKENDS:-cublas,cutlass,triton}," in *,cutlass,*)
+  python3 -c 'import cutlass_library, nvMatmulHeuristics' 2>/dev/null || {
+    echo "CUTLASS is among the backends but cutlass_library/nvMatmulHeuristics do not import:" \
+         "build the wheelhouse with WHEELHOUSE_EXTRAS=cutlass (README)" | tee -a "$work/env.txt"
+    cp "$work/env.txt" "$out/env.txt"; exit 2; } ;;
+esac
 rc=0
 if [ -n "${TESTS:-}" ]; then
   echo "== GPU tests: $TESTS"

@@ -9,6 +9,7 @@ of here.
 
 from __future__ import annotations
 
+import copy
 import random
 import time
 import traceback
@@ -48,6 +49,10 @@ class ExecuteOptions:
     # evidence: 100 calls a round (5 rounds: as many as one search measurement) keep a
     # 15 us kernel's verification from costing ten search measurements.
     verify_max_reps: int = 100
+    # Warm-up of a verification round after the first (milliseconds; at least one call): by
+    # then each contender has run and the GPU has not idled, and 25 ms a side and round was a
+    # quarter of a 300 us GEMM's verification (H100, 2048x4096x14336).
+    verify_rewarm_ms: float = 3.0
     flush_l2: bool = True
     flush_mode: str = "read"  # or "write": see workers.bench.EventBench
     interpreter_reps: int = 3
@@ -231,8 +236,12 @@ def _task(cand: Candidate, opts: ExecuteOptions, env: dict[str, Any], cuda: bool
                                    None if passes is None else _whole(passes)).to_dict()
         per_round = replace(opts, max_reps=max(opts.min_reps,
                                                min(opts.max_reps, opts.verify_max_reps)))
-        return tasks.verify(cand, env, _bench(per_round, cuda), cuda,
-                            _n_sets(opts, cand, cuda), seed).to_dict()
+        bench = _bench(per_round, cuda)
+        later = copy.copy(bench)  # shares the flush buffer
+        if hasattr(later, "warmup_ms"):
+            later.warmup_ms = min(opts.warmup_ms, opts.verify_rewarm_ms)
+        return tasks.verify(cand, env, bench, cuda, _n_sets(opts, cand, cuda), seed,
+                            later).to_dict()
     except Exception as exc:  # noqa: BLE001
         return _failure(classify(exc), exc, env)
 

@@ -208,11 +208,14 @@ def _fp8_peak(sustained: _Sustained, shapes: tuple[Shape, ...], device: Any, gen
 
 
 def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets: int,
-           seed: int) -> Measurement:
+           seed: int, rewarmed: Any = None) -> Measurement:
     """Re-check and time the library and the custom contender (and cuBLAS as the reference,
     when the config names one) interleaved. A config without ``custom`` but with a
     ``reference`` is a library confirmation: the library's pick against cuBLAS; the
-    measurement's median is then the library's."""
+    measurement's median is then the library's.
+
+    ``rewarmed`` (optional) times the rounds after the first: the same timing with a shorter
+    warm-up, since by then every contender has run and the GPU has been busy throughout."""
     import torch
 
     from kernel_templates.inputs import make_inputs
@@ -255,7 +258,7 @@ def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets:
     for r in range(rounds):
         # rotate the order, so that no contender always runs right after another
         for side in sides[r % len(sides):] + sides[:r % len(sides)]:
-            timing = bench(calls[side])
+            timing = (bench if r == 0 or rewarmed is None else rewarmed)(calls[side])
             times[side].append(timing.median_us)
             reps.append(timing.reps)
     main = "custom" if "custom" in times else "library"  # a confirmation: the library's pick

@@ -195,6 +195,43 @@ def test_a_pick_wrong_on_the_confirmations_recheck_fails_it(
     assert "library (cutlass)" in (m.error or "")
 
 
+def test_rounds_after_the_first_are_timed_with_the_rewarmed_bench(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import workers.execute as ex
+    from workers import tasks
+    from workers.bench import Timing
+
+    used: list[str] = []
+
+    def bench(name: str):
+        def call(fns: list) -> Timing:
+            used.append(name)
+            return Timing(10.0, 10.0, 10.0, 1, 0.0, "fake")
+        return call
+
+    cand = Candidate(problem=PROBLEM, backend="verify", config=_verify_config(TILE))
+    m = tasks.verify(cand, {}, bench("first"), CUDA, n_sets=1, seed=7,
+                     rewarmed=bench("later"))
+    assert m.status == Status.OK, m.error
+    assert used == ["first"] * 2 + ["later"] * 8  # two contenders, five rounds
+    # the worker hands verify a copy of its bench with the short warm-up
+    seen: list = []
+    real = tasks.verify
+
+    def spy(*args, **kw):
+        seen.extend([args[2], args[6]])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(tasks, "verify", spy)
+    cand = Candidate(problem=PROBLEM, backend="verify", config=_verify_config(TILE))
+    opts = {**OPTS, "warmup_ms": 20.0, "verify_rewarm_ms": 2.0}
+    assert Measurement.from_dict(ex.execute(cand.to_dict(), opts)).status == Status.OK
+    first, later = seen
+    assert later is not None and later is not first
+    if CUDA:
+        assert (first.warmup_ms, later.warmup_ms) == (20.0, 2.0)
+
+
 def test_verification_rotates_the_order_of_the_contenders_round_by_round() -> None:
     from workers import tasks
     from workers.bench import Timing
