@@ -86,8 +86,9 @@ class Policy:
     other seeds are measured, and the CUTLASS search run, only if the wave falls short of the
     threshold.
 
-    ``confirm_library`` (the default): a decision that keeps the library (verdict 1, or no
-    custom tier serves the problem) whose best kernel is not cuBLAS, or is cuBLAS with another
+    ``confirm_library`` (the default): a decision that keeps the library without a verdict 2
+    (verdict 1, no custom tier serves the problem, or the custom best is too far behind to
+    re-measure) whose best kernel is not cuBLAS, or is cuBLAS with another
     library kernel within ``verify_margin`` of it, first re-measures that kernel and cuBLAS
     interleaved (``verify_rounds`` rounds, rotating order) and picks the faster there. The
     stage timings of the two were taken minutes apart on a GPU whose clock moves with its
@@ -653,8 +654,19 @@ def plan(ev: Evidence) -> Plan:
             return Plan(Stage.VERIFY, (*actions, Verify(lib, cus, pol.verify_rounds, ref)))
         if v.status is None:
             return Plan(Stage.VERIFY, (*actions, Wait("waiting for the verification")))
+        return Plan(Stage.DECIDED, (Decide(_with_notes(
+            ev, cut, _decide_after_search(ev, rf, lib, cus, progress))),))
+    # no verdict 2 (no custom kernel, or the best too far behind): the library stands, and its
+    # pick is confirmed against cuBLAS as after verdict 1
+    pair = _confirmation(ev) if lib is not None else None
+    conf = None
+    if pair is not None:
+        step = _confirm(ev, pair, actions)
+        if isinstance(step, Plan):
+            return step
+        conf = step
     return Plan(Stage.DECIDED, (Decide(_with_notes(
-        ev, cut, _decide_after_search(ev, rf, lib, cus, progress))),))
+        ev, cut, _decide_after_search(ev, rf, lib, cus, progress, pair, conf))),))
 
 
 def _key(backend: str, config: Mapping[str, Any]) -> tuple[str, str]:
@@ -882,7 +894,9 @@ def _decide_no_custom(ev: Evidence, rf: Roofline | None, lib: Trial | None,
 
 
 def _decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,
-                         cus: Trial | None, progress: list[TierProgress]) -> Decision:
+                         cus: Trial | None, progress: list[TierProgress],
+                         pair: tuple[Trial, Trial] | None = None,
+                         conf: Verification | None = None) -> Decision:
     pol = ev.policy
     tiers = tuple(p.to_dict() for p in progress) + tuple(
         {"tier": t.name, "trials": 0, "ended": True, "reason": f"skipped: {t.reason}"}
@@ -904,7 +918,7 @@ def _decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,
     ran = ", ".join(f"{p.name}: {p.created} trials ({p.reason or 'open'})" for p in progress)
     if ran:
         why.append(f"Tiers - {ran}.")
-    v = ev.verification
+    v = ev.verification if conf is None else None  # a confirmation is not verdict 2
     verified = False
     reference: Pick | None = None
     if cus is None:
@@ -971,6 +985,9 @@ def _decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,
             why.append(f"Not re-measured (time budget spent); the custom kernel's "
                        f"{cus.median_us:.1f} us vs {lib.median_us:.1f} us is within the spread "
                        "of the measurements: a tie goes to the library.")
+    if pair is not None and conf is not None and verdict != Verdict.CUSTOM_WINS:
+        lib_pick, reference, said = _confirmed(rf, pair, conf)
+        why.append(said)
     speedup = None
     if lib_pick is not None:
         chosen_us = (cus_pick.median_us if verdict == Verdict.CUSTOM_WINS and cus_pick

@@ -495,3 +495,26 @@ def test_a_confirmation_is_not_taken_for_the_custom_verification() -> None:
                  exhausted_tiers=frozenset({"tiles"}))
     v = plan(ev).actions[-1]
     assert isinstance(v, Verify) and v.custom is not None and v.custom.id == cus.id
+
+
+def test_a_search_without_verdict_two_confirms_the_library_pick_too() -> None:
+    """The custom best is too far behind to be re-measured: the library stands, and which
+    library kernel (and its speed-up over cuBLAS) is settled interleaved, as after verdict 1."""
+    slow = replace(CUBLAS_T, median_us=2000.0, p20_us=1990.0, p80_us=2010.0)
+    op = replace(OP_T, median_us=1990.0, p20_us=1985.0, p80_us=1995.0)
+    cus = Trial(3, "triton", {"BLOCK_M": 128}, "tiles", "ok", 2500.0, 2490.0, 2510.0)
+    pol = replace(POLICY, cutlass_trials=0)
+    ev = replace(_big(slow, op, cus, policy=pol), exhausted_tiers=frozenset({"tiles"}))
+    v = plan(ev).actions[-1]
+    assert isinstance(v, Verify) and v.custom is None and v.library.id == op.id
+    conf = Verification(op.id, None, "ok", (1950.0, 1960.0, 1955.0, 1948.0, 1952.0),
+                        reference_id=slow.id,
+                        reference_us=(2100.0, 2110.0, 2090.0, 2105.0, 2095.0))
+    d = plan(replace(ev, verification=conf)).actions[-1]
+    assert isinstance(d, Decide)
+    dec = d.decision
+    assert dec.verdict == Verdict.LIBRARY_WINS_AFTER_SEARCH and not dec.verified
+    assert dec.library.backend == "cutlass" and dec.library.median_us == 1952.0
+    assert dec.speedup == 1.0 and dec.speedup_vs_cublas == pytest.approx(2100.0 / 1952.0)
+    assert "too far behind" in dec.rationale and "Interleaved over 5 rounds" in dec.rationale
+    assert "verification failed" not in dec.rationale
