@@ -92,10 +92,10 @@ class Policy:
     library kernel within ``verify_margin`` of it, first re-measures that kernel and cuBLAS
     interleaved (``verify_rounds`` rounds, rotating order) and picks the faster there. The
     stage timings of the two were taken minutes apart on a GPU whose clock moves with its
-    temperature: on the H100, cuBLAS on 8192^3 read 1418 us in a first-stage trial and
-    1504-1591 us in the rounds of a verification minutes later, while the CUTLASS and Triton
-    kernels held 1400-1440 us (``docs/benchmarks/agent_h100_2026-11-23.md``). The decision's
-    speed-up over cuBLAS is then measured in one set of rounds, as after a custom search."""
+    temperature: on the H100 the first stage put a CUTLASS op 2.8-4.7% ahead of cuBLAS four
+    times on 8192^3 and 2048x4096x14336, and interleaved cuBLAS was the faster every time
+    (``docs/benchmarks/agent_h100_2026-11-24.md``). The decision's speed-up over cuBLAS is then
+    measured in one set of rounds, as after a custom search."""
 
     threshold: float = 0.9
     force_custom: bool = False

@@ -398,9 +398,9 @@ def test_unsplit_tiers_are_skipped_only_where_split_k_alone_can_fill_the_sms(
 
 
 # -- the library confirmation (policy.confirm_library) --------------------------------------
-# Stage timings as recorded on the H100 for 8192^3 bf16 (2026-11-23, call 1): cuBLAS 1418.5 us in
-# its first-stage trial, the CUTLASS pick 1414 us; interleaved minutes later cuBLAS read
-# 1504-1591 us and the other kernels 1398-1487 us.
+# FAKE timings in the range an H100 measured on 8192^3 bf16 (docs/benchmarks/raw/agent_run9:
+# first-stage medians 1395-1583 us, interleaved rounds 1450-1789 us); which kernel wins the
+# rounds is what each test sets.
 BIG = GemmProblem(8192, 8192, 8192)
 BIG_CAL = Calibration("gpu", 3000.0, {"bf16": 773.1, "fp16": 773.1, "fp32": 50.0})
 OP = {"op": "cutlass3x_sm90_x", "raster": "heuristic", "swizzle": 1, "splits": 1}
