@@ -92,7 +92,7 @@ class Policy:
     library kernel within ``verify_margin`` of it, first re-measures that kernel and cuBLAS
     interleaved (``verify_rounds`` rounds, rotating order) and picks the faster there. The
     stage timings of the two were taken minutes apart on a GPU whose clock moves with its
-    temperature: on the H100 the first stage put a CUTLASS op 2.8-4.7% ahead of cuBLAS four
+    temperature: on the H100 the first stage put a CUTLASS op 2.3-4.7% ahead of cuBLAS five
     times on 8192^3 and 2048x4096x14336, and interleaved cuBLAS was the faster every time
     (``docs/benchmarks/agent_h100_2026-11-24.md``). The decision's speed-up over cuBLAS is then
     measured in one set of rounds, as after a custom search."""
