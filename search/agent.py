@@ -583,15 +583,13 @@ def plan(ev: Evidence) -> Plan:
               and (not cut.ended or cut_out))
     if not skip_verdict1 and not tuning and lib is not None and lib_eff is not None \
             and _reaches(rf, lib.median_us, pol.threshold):
-        pair = _confirmation(ev)
-        conf: Verification | None = None
-        if pair is not None:
-            if cut is not None and not cut.ended:  # tune_library=False: the search is moot
-                actions.append(StopTier(CUTLASS_TIER, "the library reached the threshold"))
-            step = _confirm(ev, pair, actions)
-            if isinstance(step, Plan):
-                return step
-            conf = step
+        if cut is not None and not cut.ended and _confirmation(ev) is not None:
+            # tune_library=False: the search is moot while the confirmation runs
+            actions.append(StopTier(CUTLASS_TIER, "the library reached the threshold"))
+        step = _confirm(ev, actions)
+        if isinstance(step, Plan):
+            return step
+        pair, conf = step
         return Plan(Stage.DECIDED, (Decide(_with_notes(
             ev, cut, _decide_library_sufficient(ev, rf, lib, lib_eff, held, pair, conf))),))
     # The CUTLASS search: library side, so before any custom tier, and it raises the library
@@ -615,13 +613,10 @@ def plan(ev: Evidence) -> Plan:
     if not ev.custom_allowed or no_tier:
         if lib_pending:
             return Plan(Stage.LIBRARY, (*actions, Wait("waiting for the library")))
-        pair = _confirmation(ev)
-        conf = None
-        if pair is not None:
-            step = _confirm(ev, pair, actions)
-            if isinstance(step, Plan):
-                return step
-            conf = step
+        step = _confirm(ev, actions)
+        if isinstance(step, Plan):
+            return step
+        pair, conf = step
         return Plan(Stage.DECIDED, (Decide(_with_notes(
             ev, cut, _decide_no_custom(ev, rf, lib, lib_eff, pair, conf))),))
 
@@ -658,13 +653,10 @@ def plan(ev: Evidence) -> Plan:
             ev, cut, _decide_after_search(ev, rf, lib, cus, progress))),))
     # no verdict 2 (no custom kernel, or the best too far behind): the library stands, and its
     # pick is confirmed against cuBLAS as after verdict 1
-    pair = _confirmation(ev) if lib is not None else None
-    conf = None
-    if pair is not None:
-        step = _confirm(ev, pair, actions)
-        if isinstance(step, Plan):
-            return step
-        conf = step
+    step = _confirm(ev, actions)
+    if isinstance(step, Plan):
+        return step
+    pair, conf = step
     return Plan(Stage.DECIDED, (Decide(_with_notes(
         ev, cut, _decide_after_search(ev, rf, lib, cus, progress, pair, conf))),))
 
@@ -725,10 +717,14 @@ def _confirmation(ev: Evidence) -> tuple[Trial, Trial] | None:
     return other, cublas
 
 
-def _confirm(ev: Evidence, pair: tuple[Trial, Trial], actions: list[Action]
-             ) -> Plan | Verification:
-    """The confirmation of ``pair`` (other, cuBLAS): a plan that asks for it or waits for it,
-    or its finished :class:`Verification`."""
+def _confirm(ev: Evidence, actions: list[Action]
+             ) -> Plan | tuple[tuple[Trial, Trial] | None, Verification | None]:
+    """The library confirmation of a decision that keeps the library: a plan that asks for
+    it or waits for it, or the pair (other, cuBLAS) with its finished :class:`Verification`
+    ((None, None): nothing to confirm, see :func:`_confirmation`)."""
+    pair = _confirmation(ev)
+    if pair is None:
+        return None, None
     other, cublas = pair
     v = ev.verification
     if v is None or v.custom_id is not None or (v.library_id, v.reference_id) != (
@@ -737,7 +733,7 @@ def _confirm(ev: Evidence, pair: tuple[Trial, Trial], actions: list[Action]
                                                     cublas)))
     if v.status is None:
         return Plan(Stage.VERIFY, (*actions, Wait("waiting for the library confirmation")))
-    return v
+    return pair, v
 
 
 def _confirmed(rf: Roofline | None, pair: tuple[Trial, Trial], v: Verification
