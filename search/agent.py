@@ -26,7 +26,9 @@ Stages::
                           still more than ``promise_gap`` behind the library
     verify  ->  verdict 2: library best and custom best re-measured interleaved (A B A B ...);
                 the custom kernel is adopted only when faster by more than the measured
-                spread (ties go to the library: somebody else maintains it)
+                spread (ties go to the library: somebody else maintains it); with no verdict
+                2 (no custom kernel, or its best too far behind) the library's pick is
+                confirmed against cuBLAS as after verdict 1
 """
 
 from __future__ import annotations
@@ -264,10 +266,10 @@ class Verify:
     library's pick is another library kernel) runs in the same rounds, so the speed-up over
     cuBLAS is measured, not pieced together from timings taken minutes apart.
 
-    ``custom`` None: a library confirmation. The library is sufficient (or no custom kernel
-    can serve the problem) and its two best kernels, cuBLAS and another (a CUTLASS op), are
-    within ``policy.verify_margin`` of each other in the stage timings: they are re-measured
-    interleaved, and the faster there is the library's pick."""
+    ``custom`` None: a library confirmation (``policy.confirm_library``). The decision keeps
+    the library without a verdict 2, and its best kernel other than cuBLAS (a CUTLASS op) is
+    faster than cuBLAS or within ``policy.verify_margin`` of it in the stage timings: the two
+    are re-measured interleaved, and the faster there is the library's pick."""
 
     library: Trial
     custom: Trial | None
@@ -586,12 +588,8 @@ def plan(ev: Evidence) -> Plan:
         if cut is not None and not cut.ended and _confirmation(ev) is not None:
             # tune_library=False: the search is moot while the confirmation runs
             actions.append(StopTier(CUTLASS_TIER, "the library reached the threshold"))
-        step = _confirm(ev, actions)
-        if isinstance(step, Plan):
-            return step
-        pair, conf = step
-        return Plan(Stage.DECIDED, (Decide(_with_notes(
-            ev, cut, _decide_library_sufficient(ev, rf, lib, lib_eff, held, pair, conf))),))
+        return _keep_library(ev, cut, rf, actions,
+                             _decide_library_sufficient(ev, rf, lib, lib_eff, held))
     # The CUTLASS search: library side, so before any custom tier, and it raises the library
     # best the custom kernels must beat (without tune_library, verdict 1 above is asked again
     # on each result; with it, once the search has ended).
@@ -613,12 +611,7 @@ def plan(ev: Evidence) -> Plan:
     if not ev.custom_allowed or no_tier:
         if lib_pending:
             return Plan(Stage.LIBRARY, (*actions, Wait("waiting for the library")))
-        step = _confirm(ev, actions)
-        if isinstance(step, Plan):
-            return step
-        pair, conf = step
-        return Plan(Stage.DECIDED, (Decide(_with_notes(
-            ev, cut, _decide_no_custom(ev, rf, lib, lib_eff, pair, conf))),))
+        return _keep_library(ev, cut, rf, actions, _decide_no_custom(ev, rf, lib, lib_eff))
 
     # custom stage
     progress = tier_progress(ev)
@@ -653,12 +646,7 @@ def plan(ev: Evidence) -> Plan:
             ev, cut, _decide_after_search(ev, rf, lib, cus, progress))),))
     # no verdict 2 (no custom kernel, or the best too far behind): the library stands, and its
     # pick is confirmed against cuBLAS as after verdict 1
-    step = _confirm(ev, actions)
-    if isinstance(step, Plan):
-        return step
-    pair, conf = step
-    return Plan(Stage.DECIDED, (Decide(_with_notes(
-        ev, cut, _decide_after_search(ev, rf, lib, cus, progress, pair, conf))),))
+    return _keep_library(ev, cut, rf, actions, _decide_after_search(ev, rf, lib, cus, progress))
 
 
 def _key(backend: str, config: Mapping[str, Any]) -> tuple[str, str]:
@@ -717,48 +705,50 @@ def _confirmation(ev: Evidence) -> tuple[Trial, Trial] | None:
     return other, cublas
 
 
-def _confirm(ev: Evidence, actions: list[Action]
-             ) -> Plan | tuple[tuple[Trial, Trial] | None, Verification | None]:
-    """The library confirmation of a decision that keeps the library: a plan that asks for
-    it or waits for it, or the pair (other, cuBLAS) with its finished :class:`Verification`
-    ((None, None): nothing to confirm, see :func:`_confirmation`)."""
+def _keep_library(ev: Evidence, cut: CutlassProgress | None, rf: Roofline | None,
+                  actions: list[Action], d: Decision) -> Plan:
+    """The plan for a decision ``d`` that keeps the library without a verdict 2: first the
+    library confirmation (:func:`_confirmation`) is asked for and waited for, then ``d`` is
+    decided with the pick the confirmation's rounds made (see :func:`_confirmed`)."""
     pair = _confirmation(ev)
-    if pair is None:
-        return None, None
-    other, cublas = pair
-    v = ev.verification
-    if v is None or v.custom_id is not None or (v.library_id, v.reference_id) != (
-            other.id, cublas.id):
-        return Plan(Stage.VERIFY, (*actions, Verify(other, None, ev.policy.verify_rounds,
-                                                    cublas)))
-    if v.status is None:
-        return Plan(Stage.VERIFY, (*actions, Wait("waiting for the library confirmation")))
-    return pair, v
+    if pair is not None:
+        other, cublas = pair
+        v = ev.verification
+        if v is None or v.custom_id is not None or (v.library_id, v.reference_id) != (
+                other.id, cublas.id):
+            return Plan(Stage.VERIFY, (*actions, Verify(other, None, ev.policy.verify_rounds,
+                                                        cublas)))
+        if v.status is None:
+            return Plan(Stage.VERIFY, (*actions, Wait("waiting for the library confirmation")))
+        d = _confirmed(d, rf, pair, v)
+    return Plan(Stage.DECIDED, (Decide(_with_notes(ev, cut, d)),))
 
 
-def _confirmed(rf: Roofline | None, pair: tuple[Trial, Trial], v: Verification
-               ) -> tuple[Pick, Pick | None, str]:
-    """The library's pick after the confirmation ``v`` of ``pair`` (other, cuBLAS), cuBLAS in
-    its rounds (the decision's ``reference``; None when the confirmation failed) and a
-    sentence for the rationale. A failed confirmation (the other kernel wrong on the re-check,
-    a crash) leaves cuBLAS, at its stage timing, the pick."""
+def _confirmed(d: Decision, rf: Roofline | None, pair: tuple[Trial, Trial], v: Verification
+               ) -> Decision:
+    """``d`` after the confirmation ``v`` of ``pair`` (other, cuBLAS): its library pick is the
+    faster of the two in the rounds, its ``reference`` cuBLAS in them, and its rationale says
+    so. A failed confirmation (the other kernel wrong on the re-check, a crash) leaves cuBLAS,
+    at its stage timing, the pick, with no reference."""
     other, cublas = pair
     if v.status != "ok" or not v.library_us or not v.reference_us:
-        return _pick(cublas, rf), None, (
-            f"The interleaved confirmation of {other.backend} against cuBLAS failed "
-            f"({v.status}: {v.error or 'no detail'}): cuBLAS is the library's pick.")
+        return replace(d, library=_pick(cublas, rf), reference=None, rationale=(
+            f"{d.rationale} The interleaved confirmation of {other.backend} against cuBLAS "
+            f"failed ({v.status}: {v.error or 'no detail'}): cuBLAS is the library's pick."))
     om, orng = statistics.median(v.library_us), _range(v.library_us)
     cm, crng = statistics.median(v.reference_us), _range(v.reference_us)
     ref = _pick(cublas, rf, cm, crng)
     n = len(v.library_us)
     if om < cm:
-        return _pick(other, rf, om, orng), ref, (
+        pick, said = _pick(other, rf, om, orng), (
             f"Interleaved over {n} rounds, {other.backend} took {om:.2f} us (range "
             f"{orng:.2f}) and cuBLAS {cm:.2f} us (range {crng:.2f}): {cm / om:.3f}x, "
             f"{other.backend} is the library's pick.")
-    return ref, ref, (
-        f"Interleaved over {n} rounds, cuBLAS took {cm:.2f} us (range {crng:.2f}) and "
-        f"{other.backend} {om:.2f} us (range {orng:.2f}): cuBLAS is the library's pick.")
+    else:
+        pick, said = ref, (
+            f"Interleaved over {n} rounds, cuBLAS took {cm:.2f} us (range {crng:.2f}) and "
+            f"{other.backend} {om:.2f} us (range {orng:.2f}): cuBLAS is the library's pick.")
+    return replace(d, library=pick, reference=ref, rationale=f"{d.rationale} {said}")
 
 
 # -- decisions -------------------------------------------------------------------------------
@@ -834,9 +824,8 @@ def _describe_roofline(rf: Roofline | None) -> str:
             f"(compute {rf.compute_us:.1f} us{peak}, memory {rf.memory_us:.1f} us{bw})")
 
 
-def _decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial, eff: float,
-                               held: int = 0, pair: tuple[Trial, Trial] | None = None,
-                               conf: Verification | None = None) -> Decision:
+def _decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial,
+                               eff: float, held: int = 0) -> Decision:
     threshold = ev.policy.threshold
     if eff >= threshold:
         why = (f"{_describe_roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us, "
@@ -854,17 +843,12 @@ def _decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial, eff: floa
         why += (f" The {seeds} not measured: the library reached the threshold without "
                 f"{'them' if held > 1 else 'it'} (policy first_cutlass_seeds="
                 f"{ev.policy.first_cutlass_seeds}).")
-    pick, reference = _pick(lib, rf), None
-    if pair is not None and conf is not None:
-        pick, reference, said = _confirmed(rf, pair, conf)
-        why += " " + said
-    return Decision(Verdict.LIBRARY_SUFFICIENT, why, pick, None, rf, 1.0, False,
-                    _spend(ev), (), ev.policy.to_dict(), reference=reference)
+    return Decision(Verdict.LIBRARY_SUFFICIENT, why, _pick(lib, rf), None, rf, 1.0, False,
+                    _spend(ev), (), ev.policy.to_dict())
 
 
 def _decide_no_custom(ev: Evidence, rf: Roofline | None, lib: Trial | None,
-                      eff: float | None, pair: tuple[Trial, Trial] | None = None,
-                      conf: Verification | None = None) -> Decision:
+                      eff: float | None) -> Decision:
     inapplicable = [t for t in ev.tiers if not t.applicable] if ev.custom_allowed else []
     skipped = tuple({"tier": t.name, "trials": 0, "ended": True, "reason": f"skipped: {t.reason}"}
                     for t in inapplicable)
@@ -880,19 +864,12 @@ def _decide_no_custom(ev: Evidence, rf: Roofline | None, lib: Trial | None,
         eff_text = f"{eff:.0%} of the attainable" if eff is not None else "efficiency unknown"
         why = (f"{_describe_roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us "
                f"({eff_text}); {no_custom}, so the library stands.")
-    pick, reference = (_pick(lib, rf) if lib else None), None
-    if pair is not None and conf is not None:
-        pick, reference, said = _confirmed(rf, pair, conf)
-        why += " " + said
-    return Decision(Verdict.LIBRARY_SUFFICIENT, why, pick, None, rf,
-                    1.0 if pick else None, False, _spend(ev), skipped, ev.policy.to_dict(),
-                    reference=reference)
+    return Decision(Verdict.LIBRARY_SUFFICIENT, why, _pick(lib, rf) if lib else None, None, rf,
+                    1.0 if lib else None, False, _spend(ev), skipped, ev.policy.to_dict())
 
 
 def _decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,
-                         cus: Trial | None, progress: list[TierProgress],
-                         pair: tuple[Trial, Trial] | None = None,
-                         conf: Verification | None = None) -> Decision:
+                         cus: Trial | None, progress: list[TierProgress]) -> Decision:
     pol = ev.policy
     tiers = tuple(p.to_dict() for p in progress) + tuple(
         {"tier": t.name, "trials": 0, "ended": True, "reason": f"skipped: {t.reason}"}
@@ -914,7 +891,9 @@ def _decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,
     ran = ", ".join(f"{p.name}: {p.created} trials ({p.reason or 'open'})" for p in progress)
     if ran:
         why.append(f"Tiers - {ran}.")
-    v = ev.verification if conf is None else None  # a confirmation is not verdict 2
+    v = ev.verification
+    if v is not None and v.custom_id is None:
+        v = None  # a library confirmation (see _keep_library), not verdict 2
     verified = False
     reference: Pick | None = None
     if cus is None:
@@ -981,9 +960,6 @@ def _decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,
             why.append(f"Not re-measured (time budget spent); the custom kernel's "
                        f"{cus.median_us:.1f} us vs {lib.median_us:.1f} us is within the spread "
                        "of the measurements: a tie goes to the library.")
-    if pair is not None and conf is not None and verdict != Verdict.CUSTOM_WINS:
-        lib_pick, reference, said = _confirmed(rf, pair, conf)
-        why.append(said)
     speedup = None
     if lib_pick is not None:
         chosen_us = (cus_pick.median_us if verdict == Verdict.CUSTOM_WINS and cus_pick

@@ -22,6 +22,7 @@ tested on a CPU with fakes.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,9 @@ class Bench(Protocol):
     """Times the calls in ``fns`` (rotating among them) and returns their quantiles."""
 
     def __call__(self, fns: Sequence[Callable[[], Any]]) -> Timing: ...
+
+    def with_warmup(self, warmup_ms: float) -> Bench:
+        """The same timing with a warm-up of ``warmup_ms`` before each call."""
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -159,6 +163,12 @@ class EventBench:
             return self.max_reps
         return max(self.min_reps, min(self.max_reps, math.ceil(self.target_ms / est_ms)))
 
+    def with_warmup(self, warmup_ms: float) -> EventBench:
+        """The same timing with another warm-up (it shares the flush buffer and the hooks)."""
+        other = copy.copy(self)
+        other.warmup_ms = warmup_ms
+        return other
+
     def __call__(self, fns: Sequence[Callable[[], Any]]) -> Timing:
         if not fns:
             raise ValueError("nothing to time")
@@ -186,6 +196,11 @@ class WallClockBench:
         self.reps = reps
         self.clock = clock
         self.warmup = warmup
+
+    def with_warmup(self, warmup_ms: float) -> WallClockBench:
+        """A copy with the same warm-up: it is a count of calls, not a time (the interpreter
+        has no clock to ramp up)."""
+        return copy.copy(self)
 
     def __call__(self, fns: Sequence[Callable[[], Any]]) -> Timing:
         if not fns:

@@ -9,7 +9,6 @@ of here.
 
 from __future__ import annotations
 
-import copy
 import random
 import time
 import traceback
@@ -50,8 +49,9 @@ class ExecuteOptions:
     # 15 us kernel's verification from costing ten search measurements.
     verify_max_reps: int = 100
     # Warm-up of a verification round after the first (milliseconds; at least one call): by
-    # then each contender has run and the GPU has not idled, and 25 ms a side and round was a
-    # quarter of a 300 us GEMM's verification (H100, 2048x4096x14336).
+    # then each contender has run and the GPU has not idled. With 25 ms a side and round the
+    # library confirmation on 2048x4096x14336 cost 0.87-1.02 GPU-s on the H100, with 3 ms
+    # 0.66-0.70 (docs/benchmarks/agent_h100_2026-11-24.md, run 9).
     verify_rewarm_ms: float = 3.0
     flush_l2: bool = True
     flush_mode: str = "read"  # or "write": see workers.bench.EventBench
@@ -237,11 +237,9 @@ def _task(cand: Candidate, opts: ExecuteOptions, env: dict[str, Any], cuda: bool
         per_round = replace(opts, max_reps=max(opts.min_reps,
                                                min(opts.max_reps, opts.verify_max_reps)))
         bench = _bench(per_round, cuda)
-        later = copy.copy(bench)  # shares the flush buffer
-        if hasattr(later, "warmup_ms"):
-            later.warmup_ms = min(opts.warmup_ms, opts.verify_rewarm_ms)
         return tasks.verify(cand, env, bench, cuda, _n_sets(opts, cand, cuda), seed,
-                            later).to_dict()
+                            bench.with_warmup(min(opts.warmup_ms, opts.verify_rewarm_ms))
+                            ).to_dict()
     except Exception as exc:  # noqa: BLE001
         return _failure(classify(exc), exc, env)
 

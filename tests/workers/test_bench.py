@@ -117,3 +117,18 @@ def test_head_start_does_not_feed_back_host_stalls() -> None:
     timed = gpu.delays[1:]
     assert len(timed) == 3 and max(timed) == min(timed)  # sized once, from the estimate
     assert max(timed) <= 1.5 * 20 * 500.0 + 20.0  # and capped
+
+
+def test_with_warmup_changes_only_the_warm_up() -> None:
+    gpu = FakeGpu(kernel_ms=1.0)
+    long = make(gpu, target_ms=20.0, warmup_ms=25.0)
+    short = long.with_warmup(3.0)
+    assert short is not long and long.warmup_ms == 25.0 and short.warmup_ms == 3.0
+    assert short._flush is long._flush  # one flush buffer for both
+    counts = []
+    for bench in (long, short):
+        gpu.log.clear()
+        t = bench([gpu.kernel()])
+        counts.append(gpu.log.count("k") - 5 - t.reps)  # calls beside estimate and timing
+    assert counts == [25, 3]
+    assert WallClockBench(reps=2).with_warmup(3.0).reps == 2
