@@ -12,17 +12,18 @@ from sqlalchemy.orm import Session
 
 from db.models import JobRow, MeasurementRow, ProblemRow
 from db.records import ACTIVE_JOB, JobRecord, JobStatus, ProblemRecord
+from search.types import Problem
 
 
-def get_or_create_problem(session: Session, key: str, kind: str, spec: dict[str, Any],
-                          now: datetime) -> ProblemRecord:
-    """The problem row with canonical ``key``, created on first sight (race-safe)."""
+def get_or_create_problem(session: Session, problem: Problem, now: datetime) -> ProblemRecord:
+    """The row of ``problem``'s canonical key, created on first sight (race-safe)."""
+    key = problem.key()
     row = session.scalars(select(ProblemRow).where(ProblemRow.key == key)).first()
     if row is not None:
         return ProblemRecord.of(row)
     try:
         with session.begin_nested():
-            row = ProblemRow(key=key, kind=kind, spec=spec, created_at=now)
+            row = ProblemRow(key=key, kind=problem.kind, spec=problem.to_dict(), created_at=now)
             session.add(row)
     except IntegrityError:  # another request inserted the same key first
         row = session.scalars(select(ProblemRow).where(ProblemRow.key == key)).one()

@@ -17,7 +17,7 @@ from db.models import (
     ProblemRow,
     WorkerRow,
 )
-from search.types import Measurement, Status
+from search.types import Measurement, Problem, Status, parse_problem
 
 
 class JobStatus(StrEnum):
@@ -60,23 +60,27 @@ class WorkerRecord:
 
 @dataclass(frozen=True)
 class ProblemRecord:
+    """A stored problem, parsed (``search.types.parse_problem``) as it leaves the table."""
+
     id: int
     key: str
     kind: str
-    spec: dict[str, Any] = field(hash=False)
+    problem: Problem
     created_at: datetime
 
     @classmethod
     def of(cls, row: ProblemRow) -> ProblemRecord:
-        return cls(row.id, row.key, row.kind, dict(row.spec), row.created_at)
+        return cls(row.id, row.key, row.kind, parse_problem(row.spec), row.created_at)
 
 
 @dataclass(frozen=True)
 class JobRecord:
+    """A job with its problem, parsed once as the row becomes this record."""
+
     id: int
     problem_id: int
     problem_key: str
-    problem: dict[str, Any] = field(hash=False)
+    problem: Problem
     status: str
     max_trials: int | None
     max_seconds: float | None
@@ -100,7 +104,7 @@ class JobRecord:
     @classmethod
     def of(cls, row: JobRow, problem: ProblemRow) -> JobRecord:
         bound = tuple(row.bound_backends) if row.bound_backends is not None else None
-        return cls(row.id, row.problem_id, problem.key, dict(problem.spec), row.status,
+        return cls(row.id, row.problem_id, problem.key, parse_problem(problem.spec), row.status,
                    row.max_trials, row.max_seconds, tuple(row.backends), row.target_gpu,
                    row.bound_gpu, bound, row.seed, row.created_at,
                    row.started_at, row.finished_at, row.error, dict(row.policy or {}),

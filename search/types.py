@@ -8,9 +8,10 @@ triton: the service runs on machines without a GPU.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeAlias
 
 #: Element sizes in bytes of the dtypes a problem may name.
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8_e4m3": 1}
@@ -171,6 +172,22 @@ class GemmProblem:
         return cls(**data)
 
 
+#: A problem of any kind the service serves; GEMM is the only kind so far.
+Problem: TypeAlias = GemmProblem
+
+
+def parse_problem(data: Mapping[str, Any]) -> Problem:
+    """The problem that ``data`` (a problem's ``to_dict()``) describes, by its ``kind``.
+
+    The one place where a stored or sent problem becomes a value: the service, the database's
+    records and the wire format all parse through here. Raises ``ProblemError``.
+    """
+    kind = data.get("kind", "gemm")
+    if kind != "gemm":
+        raise ProblemError("kind", f"unknown problem kind {kind!r}; known: gemm")
+    return GemmProblem.from_dict(dict(data))
+
+
 def check_served(problem: GemmProblem) -> None:
     """Raise ``ProblemError`` naming the field unless some backend can serve ``problem``.
 
@@ -213,7 +230,7 @@ def config_key(config: dict[str, Any]) -> str:
 class Candidate:
     """One thing to measure: a backend and its configuration for a problem."""
 
-    problem: GemmProblem
+    problem: Problem
     backend: str
     config: dict[str, Any] = field(default_factory=dict, hash=False)
     id: int | None = None
@@ -228,7 +245,7 @@ class Candidate:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Candidate:
-        return cls(problem=GemmProblem.from_dict(data["problem"]), backend=data["backend"],
+        return cls(problem=parse_problem(data["problem"]), backend=data["backend"],
                    config=dict(data.get("config") or {}), id=data.get("id"))
 
 

@@ -37,7 +37,6 @@ from search.spaces import triton_gemm
 from search.types import (
     CUSTOM_BACKENDS,
     Backend,
-    GemmProblem,
     Measurement,
     Task,
     config_key,
@@ -88,7 +87,7 @@ class AgentLoop:
     # -- evidence -----------------------------------------------------------------------------
     def evidence(self, job: JobRecord, now: datetime, device: dict[str, Any] | None = None
                  ) -> tuple[agent.Evidence, dict[str, Any]]:
-        problem = GemmProblem.from_dict(job.problem)
+        problem = job.problem
         policy = agent.Policy.from_dict(job.policy)
         gpu = job.bound_gpu or ""
         with self.db.read_session() as s:
@@ -210,7 +209,7 @@ class AgentLoop:
         n = room if action.n is None else min(room, action.n)
         if n <= 0:
             return False
-        problem = GemmProblem.from_dict(job.problem)
+        problem = job.problem
         limits = _limits(device)
         gpu = job.bound_gpu or ""
 
@@ -307,7 +306,7 @@ class AgentLoop:
         ``device``: the worker at hand (a reporting worker); default: the model's latest."""
         if job.bound_gpu is None:
             return
-        problem = GemmProblem.from_dict(job.problem)
+        problem = job.problem
         if device is None:
             with self.db.read_session() as s:
                 worker = workers.latest_of_model(s, job.bound_gpu)

@@ -75,14 +75,14 @@ def tune(
 ) -> None:
     """Tune one GEMM on this machine (embedded service, SQLite, local worker): calibrate the
     GPU once, measure the library, search custom kernels where they can pay, decide."""
-    from search.types import GemmProblem, ProblemError, check_served
+    from search.types import ProblemError, check_served, parse_problem
     from service.settings import ServiceSettings
     from workers.local import run_tuning
 
     settings = ServiceSettings(**({"database_url": database_url} if database_url else {}))
     problem = _problem(m, n, k, dtype, batch, layout_a, layout_b)
     try:
-        check_served(GemmProblem.from_dict(problem))  # fail before starting anything
+        check_served(parse_problem(problem))  # fail before starting anything
     except ProblemError as exc:
         raise typer.BadParameter(str(exc), param_hint=f"--{exc.field.replace('_', '-')}"
                                  ) from None

@@ -35,8 +35,8 @@ from search.types import (
     Backend,
     Candidate,
     Device,
-    GemmProblem,
     Measurement,
+    Problem,
     ProblemError,
     Status,
     Task,
@@ -103,7 +103,7 @@ class Flow:
         self.db.dispose()
 
     # -- jobs -----------------------------------------------------------------------------------
-    def submit_job(self, problem: GemmProblem, *, max_trials: int | None,
+    def submit_job(self, problem: Problem, *, max_trials: int | None,
                    max_seconds: float | None, backends: Sequence[str], gpu: str | None,
                    seed: int | None, policy: Policy | None = None) -> JobState:
         try:
@@ -120,8 +120,7 @@ class Flow:
                 f"{self.settings.max_problem_bytes}"))
         now = self.clock()
         with self.db.session() as s:
-            record = jobs.get_or_create_problem(s, problem.key(), problem.kind,
-                                                problem.to_dict(), now)
+            record = jobs.get_or_create_problem(s, problem, now)
             job = jobs.create_job(s, record, max_trials=max_trials, max_seconds=max_seconds,
                                   backends=list(dict.fromkeys(backends)), target_gpu=gpu,
                                   seed=seed or 0, now=now,
@@ -191,8 +190,7 @@ class Flow:
                                           lease_id, worker_id, expires)
                 if got and not granted:
                     cands.create_lease(s, lease_id, worker_id, now, expires)
-            problem = GemmProblem.from_dict(job.problem)
-            granted += [Candidate(problem, c.backend, c.config, c.id) for c in got]
+            granted += [Candidate(job.problem, c.backend, c.config, c.id) for c in got]
             attempts += [c.attempts for c in got]
         if not granted:
             return LeaseGrant(None, None, self.settings.lease_seconds, [], [])
@@ -306,7 +304,7 @@ class Flow:
         allowed = job.bound_backends if job.bound_backends is not None else job.backends
         if not set(allowed) & set(device.backends):
             return False
-        needed = GemmProblem.from_dict(job.problem).min_bytes
+        needed = job.problem.min_bytes
         return device.memory_bytes <= 0 or needed <= device.memory_bytes
 
     def _bind(self, job: JobRecord, device: Device, now: datetime) -> JobRecord | None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from db import decisions, jobs, measurements
 from db.engine import Database
 from db.records import DecisionRecord, MeasurementRecord, ProblemRecord
-from search.types import LIBRARY_BACKENDS, GemmProblem
+from search.types import LIBRARY_BACKENDS, Problem
 from service.errors import NotFound
 
 
@@ -20,7 +20,7 @@ class BestAnswer:
     decision: DecisionRecord | None = None
 
 
-def find_best(db: Database, problem: GemmProblem, gpu: str | None) -> BestAnswer:
+def find_best(db: Database, problem: Problem, gpu: str | None) -> BestAnswer:
     """The configuration to use for ``problem`` on ``gpu`` (default: the GPU model with the
     latest ok measurement, real GPUs before the interpreter): the decision loop's choice where
     a decision is in force (ties went to the library), else the fastest ok measurement."""

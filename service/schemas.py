@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from search.types import GemmProblem, Status
+from search.types import GemmProblem, Status, parse_problem
 
 MAX_DIM = 2**31 - 1
 MAX_ID = 2**63 - 1
@@ -86,7 +86,7 @@ class ProblemIn(_In):
 
     def to_problem(self) -> GemmProblem:
         """Raises ``ProblemError`` naming the field that breaks a rule."""
-        return GemmProblem.from_dict(self.model_dump(exclude={"kind"}))
+        return parse_problem(self.model_dump())
 
 
 class BudgetIn(_In):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from db.records import CalibrationRecord, DecisionRecord, MeasurementRecord, ProblemRecord
-from search.types import GemmProblem
+from search.types import Problem
 from service.flow import JobState
 from service.queries import BestAnswer
 from service.schemas import (
@@ -20,7 +20,7 @@ from service.schemas import (
 )
 
 
-def measurement_out(m: MeasurementRecord | None, problem: GemmProblem) -> MeasurementOut | None:
+def measurement_out(m: MeasurementRecord | None, problem: Problem) -> MeasurementOut | None:
     if m is None or m.median_us is None:
         return None
     return MeasurementOut(backend=m.backend, config=m.config, median_us=m.median_us,
@@ -31,7 +31,7 @@ def measurement_out(m: MeasurementRecord | None, problem: GemmProblem) -> Measur
 
 def job_out(state: JobState) -> JobOut:
     job, counts = state.job, state.counts
-    problem = GemmProblem.from_dict(job.problem)
+    problem = job.problem
     elapsed = None
     if job.started_at is not None:
         end = job.finished_at or state.now
@@ -41,7 +41,7 @@ def job_out(state: JobState) -> JobOut:
     speedup = (library.median_us / best.median_us) if best and library else None
     return JobOut(
         id=job.id, status=job.status, problem_id=job.problem_id, problem_key=job.problem_key,
-        problem=job.problem, budget=BudgetOut(max_trials=job.max_trials,
+        problem=problem.to_dict(), budget=BudgetOut(max_trials=job.max_trials,
                                               max_seconds=job.max_seconds),
         backends=list(job.backends), target_gpu=job.target_gpu, gpu=job.bound_gpu, seed=job.seed,
         created_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at,
@@ -77,7 +77,7 @@ def calibration_out(c: CalibrationRecord) -> CalibrationOut:
 
 
 def best_out(answer: BestAnswer) -> BestOut:
-    problem = GemmProblem.from_dict(answer.problem.spec)
+    problem = answer.problem.problem
     b, lib = answer.best, answer.library
     assert b.median_us is not None
     library = None
@@ -95,11 +95,11 @@ def best_out(answer: BestAnswer) -> BestOut:
 
 
 def problem_out(p: ProblemRecord, n_measurements: int) -> ProblemOut:
-    return ProblemOut(id=p.id, key=p.key, kind=p.kind, problem=p.spec, created_at=p.created_at,
-                      measurements=n_measurements)
+    return ProblemOut(id=p.id, key=p.key, kind=p.kind, problem=p.problem.to_dict(),
+                      created_at=p.created_at, measurements=n_measurements)
 
 
-def trial_out(m: MeasurementRecord, trial_number: int | None, problem: GemmProblem) -> TrialOut:
+def trial_out(m: MeasurementRecord, trial_number: int | None, problem: Problem) -> TrialOut:
     return TrialOut(
         id=m.id, candidate_id=m.candidate_id, job_id=m.job_id, trial_number=trial_number,
         backend=m.backend, config=m.config, status=m.status, median_us=m.median_us,

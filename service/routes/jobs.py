@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from search.agent import Policy
-from search.types import GemmProblem, ProblemError
+from search.types import Problem, ProblemError
 from service.deps import FlowDep, PagingDep, SettingsDep
 from service.errors import InvalidInput
 from service.flow import Flow
@@ -28,7 +28,7 @@ def submit_job(body: JobIn, flow: FlowDep, settings: SettingsDep) -> JobOut:
     return submit(flow, settings, problem, body)
 
 
-def submit(flow: Flow, settings: ServiceSettings, problem: GemmProblem, body: ReopenIn
+def submit(flow: Flow, settings: ServiceSettings, problem: Problem, body: ReopenIn
            ) -> JobOut:
     """Submit a job for ``problem`` as ``body`` says (budget, policy, backends, GPU, seed);
     shared by ``POST /v1/jobs`` and ``POST /v1/problems/{id}/reopen``."""

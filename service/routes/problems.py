@@ -7,7 +7,6 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from db import decisions, jobs, measurements
-from search.types import GemmProblem
 from service.deps import FlowDep, GpuQ, PagingDep, SessionDep, SettingsDep
 from service.errors import NotFound
 from service.routes.jobs import submit
@@ -40,8 +39,7 @@ def list_trials(problem_id: ProblemId, session: SessionDep, page: PagingDep,
     if problem is None:
         raise NotFound(f"problem {problem_id} not found")
     rows, total = measurements.list_trials(session, problem_id, page.limit, page.offset, gpu)
-    gemm = GemmProblem.from_dict(problem.spec)
-    return TrialList(items=[trial_out(m, t, gemm) for m, t in rows], total=total,
+    return TrialList(items=[trial_out(m, t, problem.problem) for m, t in rows], total=total,
                      limit=page.limit, offset=page.offset)
 
 
@@ -82,4 +80,4 @@ def reopen(problem_id: ProblemId, flow: FlowDep, settings: SettingsDep,
         record = jobs.get_problem(s, problem_id)
     if record is None:
         raise NotFound(f"problem {problem_id} not found")
-    return submit(flow, settings, GemmProblem.from_dict(record.spec), body)
+    return submit(flow, settings, record.problem, body)

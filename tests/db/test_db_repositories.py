@@ -11,6 +11,7 @@ from db import candidates, jobs, workers
 from db.engine import Database
 from db.migrate import upgrade
 from db.records import CandidateStatus
+from search.types import GemmProblem
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -25,7 +26,7 @@ def database(database_url: str) -> Iterator[Database]:
 
 def _job(db: Database, n: int = 4) -> tuple[int, int]:
     with db.session() as s:
-        p = jobs.get_or_create_problem(s, "gemm:key", "gemm", {"m": 1}, NOW)
+        p = jobs.get_or_create_problem(s, GemmProblem(1, 2, 3), NOW)
         job = jobs.create_job(s, p, max_trials=n, max_seconds=None, backends=["triton"],
                               target_gpu=None, seed=0, now=NOW)
         candidates.add_candidates(s, job.id, p.id, "triton",
@@ -36,20 +37,21 @@ def _job(db: Database, n: int = 4) -> tuple[int, int]:
 
 def test_problem_dedup_and_records_are_frozen_utc(database: Database) -> None:
     with database.session() as s:
-        a = jobs.get_or_create_problem(s, "k", "gemm", {"m": 1}, NOW)
+        a = jobs.get_or_create_problem(s, GemmProblem(1, 2, 3), NOW)
     with database.session() as s:
-        b = jobs.get_or_create_problem(s, "k", "gemm", {"m": 1}, NOW + timedelta(1))
+        b = jobs.get_or_create_problem(s, GemmProblem(1, 2, 3), NOW + timedelta(1))
     assert a == b and b.created_at == NOW and b.created_at.tzinfo is not None
+    assert a.problem == GemmProblem(1, 2, 3)  # parsed as it leaves the table
     with pytest.raises(AttributeError):
         a.key = "other"  # type: ignore[misc]
 
 
 def test_session_rolls_back_on_error(database: Database) -> None:
     with pytest.raises(RuntimeError), database.session() as s:
-        jobs.get_or_create_problem(s, "gone", "gemm", {}, NOW)
+        jobs.get_or_create_problem(s, GemmProblem(5, 6, 7), NOW)
         raise RuntimeError("boom")
     with database.read_session() as s:
-        assert jobs.find_problem(s, "gone") is None
+        assert jobs.find_problem(s, GemmProblem(5, 6, 7).key()) is None
 
 
 def test_skip_locked_hands_out_disjoint_candidates(database: Database) -> None:
