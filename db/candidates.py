@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import case, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from db.models import CandidateRow, JobRow, LeaseRow
@@ -41,6 +41,18 @@ def add_candidates(session: Session, job_id: int, problem_id: int, backend: str,
     session.add_all(rows)
     session.flush()
     return [CandidateRecord.of(r) for r in rows]
+
+
+def add_task(session: Session, job_id: int, problem_id: int, task: str, config: dict[str, Any],
+             now: datetime) -> CandidateRecord:
+    """Insert a pending task (``search.types.Task``): leased like a candidate, no backend."""
+    row = CandidateRow(job_id=job_id, problem_id=problem_id, backend=None, task=task,
+                       config=dict(config), config_key=config_key(config), trial_number=None,
+                       tier=None, status=CandidateStatus.PENDING.value, attempts=0,
+                       created_at=now)
+    session.add(row)
+    session.flush()
+    return CandidateRecord.of(row)
 
 
 def job_counts(session: Session, job_id: int) -> JobCounts:
@@ -128,15 +140,15 @@ def expire_stale(session: Session, now: datetime, max_attempts: int) -> list[Exp
 
 def lease_pending(session: Session, job_id: int, backends: Sequence[str], limit: int,
                   lease_id: str, worker_id: int, expires_at: datetime) -> list[CandidateRecord]:
-    """Lease up to ``limit`` pending candidates of the job (calibration, library and
-    verification before custom trials)."""
+    """Lease up to ``limit`` pending candidates of the job whose backend is in ``backends``,
+    and its pending tasks (tasks and library candidates before custom trials)."""
     if limit <= 0:
         return []
     rows = list(session.scalars(
         select(CandidateRow)
         .where(CandidateRow.job_id == job_id,
                CandidateRow.status == CandidateStatus.PENDING.value,
-               CandidateRow.backend.in_(list(backends)))
+               or_(CandidateRow.backend.in_(list(backends)), CandidateRow.task.is_not(None)))
         .order_by(case((CandidateRow.tier.is_(None), 0), else_=1), CandidateRow.id)
         .limit(limit)
         .with_for_update(skip_locked=True)))
@@ -184,10 +196,10 @@ def cancel_ids(session: Session, ids: Sequence[int], reason: str) -> int:
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
-def outstanding_tasks(session: Session, gpu_model: str, backend: str) -> int:
-    """Outstanding candidates of ``backend`` in active jobs bound to ``gpu_model``."""
+def outstanding_tasks(session: Session, gpu_model: str, task: str) -> int:
+    """Outstanding tasks ``task`` in active jobs bound to ``gpu_model``."""
     return int(session.scalar(
         select(func.count()).select_from(CandidateRow)
         .join(JobRow, JobRow.id == CandidateRow.job_id)
-        .where(CandidateRow.backend == backend, CandidateRow.status.in_(OUTSTANDING),
+        .where(CandidateRow.task == task, CandidateRow.status.in_(OUTSTANDING),
                JobRow.bound_gpu == gpu_model, JobRow.status.in_(ACTIVE_JOB))) or 0)

@@ -42,9 +42,10 @@ def find_problem(session: Session, key: str) -> ProblemRecord | None:
 
 def list_problems(session: Session, limit: int, offset: int
                   ) -> tuple[list[tuple[ProblemRecord, int]], int]:
-    """Problems newest first, each with its number of measurements, and the total."""
+    """Problems newest first, each with its number of kernel measurements, and the total."""
     total = session.scalar(select(func.count()).select_from(ProblemRow)) or 0
     counts = (select(MeasurementRow.problem_id, func.count().label("n"))
+              .where(MeasurementRow.task.is_(None))
               .group_by(MeasurementRow.problem_id).subquery())
     rows = session.execute(
         select(ProblemRow, func.coalesce(counts.c.n, 0))

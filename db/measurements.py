@@ -10,11 +10,11 @@ from sqlalchemy.orm import Session
 
 from db.models import CandidateRow, MeasurementRow
 from db.records import CandidateRecord, MeasurementRecord
-from search.types import CUSTOM_BACKENDS, INTERPRETER_GPU, LIBRARY_BACKENDS, Measurement, Status
+from search.types import INTERPRETER_GPU, Measurement, Status
 
 _OK = Status.OK.value
-#: Measurements of one kernel (not of a calibration or a verification task).
-KERNEL_BACKENDS = (*LIBRARY_BACKENDS, *CUSTOM_BACKENDS)
+#: Measurements of one kernel, not of a task (calibration, verification).
+_KERNEL = MeasurementRow.task.is_(None)
 
 
 def add_measurement(session: Session, candidate: CandidateRecord, gpu_model: str,
@@ -23,7 +23,8 @@ def add_measurement(session: Session, candidate: CandidateRecord, gpu_model: str
     m = measurement
     row = MeasurementRow(
         candidate_id=candidate.id, job_id=candidate.job_id, problem_id=candidate.problem_id,
-        gpu_model=gpu_model, backend=candidate.backend, config=dict(candidate.config),
+        gpu_model=gpu_model, backend=candidate.backend, task=candidate.task,
+        config=dict(candidate.config),
         config_key=candidate.config_key, status=str(m.status), median_us=m.median_us,
         p20_us=m.p20_us, p80_us=m.p80_us, reps=m.reps, rel_error=m.rel_error,
         compile_s=m.compile_s, bench_s=m.bench_s, error=m.error, env=dict(m.env),
@@ -61,8 +62,7 @@ def built_ops(session: Session, problem_id: int, gpu_model: str, backend: str) -
 def _fastest(session: Session, *where: Any, backend: str | tuple[str, ...] | None
              ) -> MeasurementRecord | None:
     stmt = select(MeasurementRow).where(*where, MeasurementRow.status == _OK,
-                                        MeasurementRow.median_us.is_not(None),
-                                        MeasurementRow.backend.in_(KERNEL_BACKENDS))
+                                        MeasurementRow.median_us.is_not(None), _KERNEL)
     if isinstance(backend, str):
         stmt = stmt.where(MeasurementRow.backend == backend)
     elif backend is not None:
@@ -87,10 +87,11 @@ def problem_best(session: Session, problem_id: int, gpu_model: str,
 
 
 def latest_gpu(session: Session, problem_id: int) -> str | None:
-    """The GPU model with the most recent ok measurement, real GPUs before the interpreter."""
+    """The GPU model with the most recent ok kernel measurement, real GPUs before the
+    interpreter."""
     return session.scalars(
         select(MeasurementRow.gpu_model)
-        .where(MeasurementRow.problem_id == problem_id, MeasurementRow.status == _OK)
+        .where(MeasurementRow.problem_id == problem_id, MeasurementRow.status == _OK, _KERNEL)
         .order_by(case((MeasurementRow.gpu_model == INTERPRETER_GPU, 1), else_=0),
                   MeasurementRow.created_at.desc(), MeasurementRow.id.desc())
         .limit(1)).first()
@@ -99,8 +100,9 @@ def latest_gpu(session: Session, problem_id: int) -> str | None:
 def list_trials(session: Session, problem_id: int, limit: int, offset: int,
                 gpu_model: str | None = None
                 ) -> tuple[list[tuple[MeasurementRecord, int | None]], int]:
-    """A problem's measurements, newest first, each with its candidate's Optuna trial number."""
-    where = [MeasurementRow.problem_id == problem_id]
+    """A problem's kernel measurements (no tasks), newest first, each with its candidate's
+    Optuna trial number."""
+    where = [MeasurementRow.problem_id == problem_id, _KERNEL]
     if gpu_model is not None:
         where.append(MeasurementRow.gpu_model == gpu_model)
     total = session.scalar(select(func.count()).select_from(MeasurementRow).where(*where)) or 0
@@ -109,6 +111,20 @@ def list_trials(session: Session, problem_id: int, limit: int, offset: int,
         .outerjoin(CandidateRow, CandidateRow.id == MeasurementRow.candidate_id)
         .where(*where).order_by(MeasurementRow.id.desc()).limit(limit).offset(offset)).all()
     return [(MeasurementRecord.of(m), t) for m, t in rows], int(total)
+
+
+def of_tasks(session: Session, job_ids: list[int], task: str) -> dict[int, MeasurementRecord]:
+    """Each job's latest ok measurement of ``task`` (e.g. the calibration it ran)."""
+    out: dict[int, MeasurementRecord] = {}
+    if not job_ids:
+        return out
+    rows = session.scalars(select(MeasurementRow)
+                           .where(MeasurementRow.job_id.in_(job_ids), MeasurementRow.task == task,
+                                  MeasurementRow.status == _OK)
+                           .order_by(MeasurementRow.id.desc()))
+    for row in rows:
+        out.setdefault(int(row.job_id or 0), MeasurementRecord.of(row))
+    return out
 
 
 def has_measurement(session: Session, candidate_id: int) -> bool:

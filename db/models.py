@@ -14,6 +14,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Float,
     ForeignKey,
@@ -101,21 +102,28 @@ class JobRow(Base):
     error: Mapped[str | None] = mapped_column(Text)
 
 
+#: A row is a kernel (``backend``) or a task (``task``: calibration, verification), never both.
+BACKEND_OR_TASK = "(backend IS NULL) <> (task IS NULL)"
+
+
 class CandidateRow(Base):
     __tablename__ = "candidates"
     __table_args__ = (
         Index("ix_candidates_job_status", "job_id", "status"),
         Index("ix_candidates_status_expiry", "status", "lease_expires_at"),
+        CheckConstraint(BACKEND_OR_TASK, name="ck_candidates_backend_or_task"),
     )
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(IdType, ForeignKey("jobs.id"))
     problem_id: Mapped[int] = mapped_column(IdType, ForeignKey("problems.id"))
-    backend: Mapped[str] = mapped_column(String(32))
+    backend: Mapped[str | None] = mapped_column(String(32))
+    #: ``search.types.Task`` value of a task (NULL for a kernel)
+    task: Mapped[str | None] = mapped_column(String(32))
     config: Mapped[dict[str, Any]]
     config_key: Mapped[str] = mapped_column(Text)
     trial_number: Mapped[int | None] = mapped_column(Integer)
-    #: the custom-search tier (``None`` for library, calibration and verification candidates)
+    #: the custom-search tier (``None`` for library candidates and tasks)
     tier: Mapped[str | None] = mapped_column(String(32))
     status: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
@@ -130,6 +138,7 @@ class MeasurementRow(Base):
     __tablename__ = "measurements"
     __table_args__ = (
         Index("ix_measurements_lookup", "problem_id", "gpu_model", "backend", "config_key"),
+        CheckConstraint(BACKEND_OR_TASK, name="ck_measurements_backend_or_task"),
     )
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
@@ -138,7 +147,9 @@ class MeasurementRow(Base):
     job_id: Mapped[int | None] = mapped_column(IdType, ForeignKey("jobs.id"), index=True)
     problem_id: Mapped[int] = mapped_column(IdType, ForeignKey("problems.id"))
     gpu_model: Mapped[str] = mapped_column(String(200))
-    backend: Mapped[str] = mapped_column(String(32))
+    backend: Mapped[str | None] = mapped_column(String(32))
+    #: the task measured (NULL for a kernel), as on its candidate
+    task: Mapped[str | None] = mapped_column(String(32))
     config: Mapped[dict[str, Any]]
     config_key: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16))

@@ -113,10 +113,12 @@ class JobRecord:
 
 @dataclass(frozen=True)
 class CandidateRecord:
+    """A kernel candidate (``backend``) or a task (``task``); exactly one is set."""
+
     id: int
     job_id: int
     problem_id: int
-    backend: str
+    backend: str | None
     config: dict[str, Any] = field(hash=False)
     config_key: str
     trial_number: int | None
@@ -127,22 +129,25 @@ class CandidateRecord:
     worker_id: int | None
     failure_reason: str | None
     tier: str | None = None
+    task: str | None = None
 
     @classmethod
     def of(cls, row: CandidateRow) -> CandidateRecord:
         return cls(row.id, row.job_id, row.problem_id, row.backend, dict(row.config),
                    row.config_key, row.trial_number, row.status, row.attempts, row.lease_id,
-                   row.lease_expires_at, row.worker_id, row.failure_reason, row.tier)
+                   row.lease_expires_at, row.worker_id, row.failure_reason, row.tier, row.task)
 
 
 @dataclass(frozen=True)
 class MeasurementRecord:
+    """A kernel's measurement (``backend``) or a task's (``task``), as its candidate."""
+
     id: int
     candidate_id: int | None
     job_id: int | None
     problem_id: int
     gpu_model: str
-    backend: str
+    backend: str | None
     config: dict[str, Any] = field(hash=False)
     config_key: str
     status: str
@@ -158,6 +163,7 @@ class MeasurementRecord:
     worker_id: int | None
     created_at: datetime
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
+    task: str | None = None
 
     @classmethod
     def of(cls, row: MeasurementRow) -> MeasurementRecord:
@@ -165,7 +171,7 @@ class MeasurementRecord:
                    row.backend, dict(row.config), row.config_key, row.status, row.median_us,
                    row.p20_us, row.p80_us, row.reps, row.rel_error, row.compile_s, row.bench_s,
                    row.error, dict(row.env or {}), row.worker_id, row.created_at,
-                   dict(row.extra or {}))
+                   dict(row.extra or {}), row.task)
 
     @property
     def gpu_s(self) -> float:

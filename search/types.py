@@ -48,7 +48,8 @@ class Backend(StrEnum):
 
 
 class Task(StrEnum):
-    """Work items that are not one kernel's measurement (leased and reported like candidates)."""
+    """Work that is not one kernel's measurement: leased and reported like a kernel candidate,
+    but stored and sent with ``task`` set and no backend (``Candidate.task``)."""
 
     CALIBRATE = "calibrate"  # measure the device's bandwidth and peak throughput
     VERIFY = "verify"  # re-measure two kernels interleaved (A B A B ...)
@@ -228,12 +229,25 @@ def config_key(config: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One thing to measure: a backend and its configuration for a problem."""
+    """One thing a worker runs for a problem: a kernel (a ``backend`` and its configuration)
+    or a task (``task``, a :class:`Task` value, with its settings in ``config``); exactly one
+    of ``backend`` and ``task`` is set."""
 
     problem: Problem
-    backend: str
+    backend: str | None
     config: dict[str, Any] = field(default_factory=dict, hash=False)
     id: int | None = None
+    task: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.backend is None) == (self.task is None):
+            raise ValueError(f"a candidate names a backend or a task, not both or neither "
+                             f"(backend={self.backend!r}, task={self.task!r})")
+
+    @classmethod
+    def of_task(cls, problem: Problem, task: str, config: dict[str, Any] | None = None,
+                id: int | None = None) -> Candidate:
+        return cls(problem, None, dict(config or {}), id, task)
 
     @property
     def config_key(self) -> str:
@@ -241,12 +255,13 @@ class Candidate:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "problem": self.problem.to_dict(), "backend": self.backend,
-                "config": dict(self.config)}
+                "task": self.task, "config": dict(self.config)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Candidate:
-        return cls(problem=parse_problem(data["problem"]), backend=data["backend"],
-                   config=dict(data.get("config") or {}), id=data.get("id"))
+        return cls(problem=parse_problem(data["problem"]), backend=data.get("backend"),
+                   config=dict(data.get("config") or {}), id=data.get("id"),
+                   task=data.get("task"))
 
 
 @dataclass(frozen=True)
@@ -267,7 +282,7 @@ class Measurement:
     bench_s: float | None = None
     error: str | None = None
     env: dict[str, Any] = field(default_factory=dict, hash=False)
-    #: what a calibration or verification task measured besides one kernel's times
+    #: what a task measured besides one median (a calibration's peaks, a verification's rounds)
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @property

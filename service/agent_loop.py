@@ -111,7 +111,7 @@ class AgentLoop:
         cal_done, cal_gpu_s = False, 0.0
         for c in rows:
             m = found.get(c.id)
-            if c.backend == Task.CALIBRATE.value:
+            if c.task == Task.CALIBRATE.value:
                 if m is not None:
                     cal_gpu_s += m.gpu_s
                     cal_done = True
@@ -121,7 +121,7 @@ class AgentLoop:
                 elif c.status == CandidateStatus.FAILED:
                     cal_done = True
                 continue
-            if c.backend == Task.VERIFY.value:
+            if c.task == Task.VERIFY.value:
                 if c.status == CandidateStatus.CANCELLED and m is None:
                     continue
                 verification = _verification(c, m)
@@ -164,7 +164,7 @@ class AgentLoop:
         changed = False
         for action in p.actions:
             if isinstance(action, agent.Calibrate):
-                self._add(job, [(Task.CALIBRATE.value, {})], now)
+                self._add(job, [(Task.CALIBRATE.value, {})], now, task=True)
             elif isinstance(action, agent.MeasureLibrary):
                 self._add(job, [(backend, dict(config)) for backend, config in action.candidates],
                           now)
@@ -174,26 +174,32 @@ class AgentLoop:
             elif isinstance(action, agent.Search):
                 changed |= self._search(job, ev, action, device, now)
             elif isinstance(action, agent.Verify):
-                self._add(job, [(Task.VERIFY.value, _verify_config(action))], now)
+                self._add(job, [(Task.VERIFY.value, _verify_config(action))], now, task=True)
             elif isinstance(action, agent.Decide):
-                self._decide(job, action.decision, device, now)
+                self._decide(job, action.decision, ev.verification, device, now)
                 return False
         return changed
 
-    def _add(self, job: JobRecord, items: list[tuple[str, dict[str, Any]]], now: datetime
-             ) -> None:
-        """Enqueue library and task candidates ``(backend, config)``, in order, in one
-        transaction: never twice for one job."""
+    def _add(self, job: JobRecord, items: list[tuple[str, dict[str, Any]]], now: datetime,
+             *, task: bool = False) -> None:
+        """Enqueue library candidates ``(backend, config)`` (with ``task``: tasks
+        ``(task, config)``), in order, in one transaction: never twice for one job."""
         with self.db.session() as s:
             current = jobs.get_job(s, job.id, lock=True)
             if current is None or not current.active:
                 return
-            have = {(c.backend, c.config_key) for c in cands.job_candidates(s, job.id)
+            have = {(c.backend, c.task, c.config_key) for c in cands.job_candidates(s, job.id)
                     if c.status != CandidateStatus.CANCELLED}
-            for backend, config in items:
-                if (backend, config_key(config)) not in have:
-                    have.add((backend, config_key(config)))
-                    cands.add_candidates(s, job.id, job.problem_id, backend, [(config, None)],
+            for name, config in items:
+                ck = config_key(config)
+                key = (None, name, ck) if task else (name, None, ck)
+                if key in have:
+                    continue
+                have.add(key)
+                if task:
+                    cands.add_task(s, job.id, job.problem_id, name, config, now)
+                else:
+                    cands.add_candidates(s, job.id, job.problem_id, name, [(config, None)],
                                          now)
 
     def _search(self, job: JobRecord, ev: agent.Evidence, action: agent.Search,
@@ -259,7 +265,8 @@ class AgentLoop:
         self.abandon(job, dropped)
         return dropped
 
-    def _decide(self, job: JobRecord, d: agent.Decision, device: dict[str, Any],
+    def _decide(self, job: JobRecord, d: agent.Decision,
+                verification: agent.Verification | None, device: dict[str, Any],
                 now: datetime) -> None:
         pick = d.custom if d.chosen == "custom" else d.library
         env = {k: device.get(k) for k in ("gpu_model", "sm_count", "cc", "driver", "cuda",
@@ -277,7 +284,8 @@ class AgentLoop:
                     config=dict(pick.config), median_us=pick.median_us, speedup=d.speedup,
                     bound=rf.bound if rf else None,
                     attainable_us=rf.attainable_us if rf else None, verified=d.verified,
-                    rationale=d.rationale, evidence=d.to_dict(), env=env, now=now)
+                    rationale=d.rationale, evidence=_evidence(d, verification), env=env,
+                    now=now)
                 jobs.finish_job(s, job.id, JobStatus.DONE, now)
             else:
                 reasons = Counter((c.failure_reason or c.status)[:120]
@@ -389,6 +397,19 @@ def _verification(c: CandidateRecord, m: MeasurementRecord | None) -> agent.Veri
         tuple(float(x) for x in extra.get("custom_us") or ()), m.gpu_s, m.error,
         int(ref_id) if ref_id is not None else None,
         tuple(float(x) for x in extra.get("reference_us") or ()))
+
+
+def _evidence(d: agent.Decision, v: agent.Verification | None) -> dict[str, Any]:
+    """A decision's stored evidence: the decision, and the verification it saw with each
+    contender's per-round medians (a task, so not among the problem's trials)."""
+    rounds = None
+    if v is not None:
+        rounds = {"status": v.status, "error": v.error, "rounds": len(v.library_us),
+                  "library_id": v.library_id, "custom_id": v.custom_id,
+                  "reference_id": v.reference_id, "library_us": list(v.library_us),
+                  "custom_us": list(v.custom_us), "reference_us": list(v.reference_us),
+                  "gpu_s": v.gpu_s}
+    return {**d.to_dict(), "verification": rounds}
 
 
 def _verify_config(v: agent.Verify) -> dict[str, Any]:

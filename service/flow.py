@@ -184,13 +184,12 @@ class Flow:
                     continue
             self.agent.advance(job.id, worker.device)
             usable = [b for b in job.bound_backends or () if b in device.backends]
-            usable += [t.value for t in Task]
             with self.db.session() as s:
                 got = cands.lease_pending(s, job.id, usable, max_candidates - len(granted),
                                           lease_id, worker_id, expires)
                 if got and not granted:
                     cands.create_lease(s, lease_id, worker_id, now, expires)
-            granted += [Candidate(job.problem, c.backend, c.config, c.id) for c in got]
+            granted += [Candidate(job.problem, c.backend, c.config, c.id, c.task) for c in got]
             attempts += [c.attempts for c in got]
         if not granted:
             return LeaseGrant(None, None, self.settings.lease_seconds, [], [])
@@ -232,7 +231,7 @@ class Flow:
                     continue
                 measurements.add_measurement(s, cand, worker.gpu_model, measurement,
                                              worker_id, now)
-                if cand.backend == Task.CALIBRATE.value and measurement.ok:
+                if cand.task == Task.CALIBRATE.value and measurement.ok:
                     record_calibration(s, cand, measurement, worker.gpu_model, worker_id, now)
                 if cand.status == CandidateStatus.LEASED:
                     failure = None if measurement.ok else _failure(measurement)

@@ -254,6 +254,10 @@ class DecisionOut(BaseModel):
         None, description="cuBLAS in the verification's rounds, when the library's pick was "
                           "another library kernel: speedup_vs_cublas is its median over the "
                           "chosen kernel's")
+    verification: dict[str, Any] | None = Field(
+        None, description="the interleaved re-measurement behind the verdict (or the "
+                          "library's confirmation): status, rounds, and each contender's "
+                          "per-round medians (library_us, custom_us, reference_us)")
     policy: dict[str, Any]
     env: dict[str, Any]
     created_at: datetime
@@ -282,6 +286,11 @@ class CalibrationOut(BaseModel):
     stale: bool
     job_id: int | None
     created_at: datetime
+    bench_s: float | None = None
+    #: the calibration task's measurement, and what it measured besides the peaks: each
+    #: shape's passes, the sustained and burst rates (``workers.tasks.calibrate``)
+    measurement_id: int | None = None
+    extra: dict[str, Any] = {}
 
 
 class CalibrationList(BaseModel):
@@ -347,8 +356,8 @@ class TrialOut(BaseModel):
     worker_id: int | None
     created_at: datetime
     env: dict[str, Any] = {}  # GPU name, SM count, clock, driver, CUDA/torch/triton versions
-    #: what a task measured besides its median: a verification's per-round medians of each
-    #: contender (``library_us``, ``custom_us``), a calibration's peaks and curve
+    #: what the measurement carried besides its timings (tasks are not trials: a
+    #: verification's rounds are on the decision, a calibration's on /v1/calibrations)
     extra: dict[str, Any] = {}
 
 

@@ -65,15 +65,20 @@ def decision_out(d: DecisionRecord) -> DecisionOut:
         rationale=d.rationale, library=lib, custom=cus, spend=ev.get("spend") or {},
         tiers=list(ev.get("tiers") or []), policy=ev.get("policy") or {}, env=d.env,
         library_trials=list(ev.get("library_trials") or []), notes=list(ev.get("notes") or []),
-        roofline=ev.get("roofline"), reference=ev.get("reference"), created_at=d.created_at,
+        roofline=ev.get("roofline"), reference=ev.get("reference"),
+        verification=ev.get("verification"), created_at=d.created_at,
         superseded_at=d.superseded_at, current=d.superseded_at is None)
 
 
-def calibration_out(c: CalibrationRecord) -> CalibrationOut:
+def calibration_out(c: CalibrationRecord, measured: MeasurementRecord | None = None
+                    ) -> CalibrationOut:
+    """``measured``: the calibration task's own measurement (its passes, curve, bursts)."""
     return CalibrationOut(id=c.id, gpu=c.gpu_model, bandwidth_gbs=c.bandwidth_gbs,
                           peak_tflops=c.peak_tflops, peak_low_tflops=c.peak_low_tflops,
                           env=c.env, stale=c.stale,
-                          job_id=c.job_id, created_at=c.created_at)
+                          job_id=c.job_id, created_at=c.created_at, bench_s=c.bench_s,
+                          measurement_id=measured.id if measured else None,
+                          extra=measured.extra if measured else {})
 
 
 def best_out(answer: BestAnswer) -> BestOut:

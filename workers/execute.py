@@ -154,7 +154,7 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
     cuda = env["mode"] == "cuda"
     seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(2**31)
     env = {**env, "seed": seed}
-    if cand.backend in (Task.CALIBRATE.value, Task.VERIFY.value):
+    if cand.task is not None:
         return _task(cand, opts, env, cuda, seed)
 
     if cand.backend == "triton" and opts.check_constraints:
@@ -229,8 +229,10 @@ def _task(cand: Candidate, opts: ExecuteOptions, env: dict[str, Any], cuda: bool
     """A calibration or verification task (``workers.tasks``); failures are data too."""
     from workers import tasks
 
+    if cand.task not in tuple(Task):
+        return _failure(Status.INVALID, f"unknown task {cand.task!r}", env)
     try:
-        if cand.backend == Task.CALIBRATE.value:
+        if cand.task == Task.CALIBRATE.value:
             passes = cand.config.get("passes")
             return tasks.calibrate(env, _bench(opts, cuda), cuda,
                                    None if passes is None else _whole(passes)).to_dict()

@@ -24,11 +24,27 @@ def _include_object(obj: Any, name: str | None, type_: str, reflected: bool,
 
 
 def _run(connection: Connection) -> None:
-    context.configure(connection=connection, target_metadata=target_metadata,
-                      version_table=VERSION_TABLE, include_object=_include_object,
-                      render_as_batch=connection.dialect.name == "sqlite")
-    with context.begin_transaction():
-        context.run_migrations()
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        _sqlite_foreign_keys(connection, False)
+    try:
+        context.configure(connection=connection, target_metadata=target_metadata,
+                          version_table=VERSION_TABLE, include_object=_include_object,
+                          render_as_batch=sqlite)
+        with context.begin_transaction():
+            context.run_migrations()
+    finally:
+        if sqlite:
+            _sqlite_foreign_keys(connection, True)
+
+
+def _sqlite_foreign_keys(connection: Connection, on: bool) -> None:
+    """A SQLite batch migration copies a table, drops it and renames the copy; with foreign
+    keys enforced, dropping a table that other rows reference fails. The pragma is ignored
+    inside a transaction, so it goes to the driver's connection, outside SQLAlchemy's."""
+    if not connection.in_transaction():
+        connection.connection.driver_connection.execute(  # type: ignore[union-attr]
+            f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
 
 
 def run_migrations_offline() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from db import calibrations
+from db import calibrations, measurements
+from search.types import Task
 from service.deps import FlowDep, GpuQ, SessionDep
 from service.schemas import CalibrationList, RefreshIn, RefreshOut
 from service.views import calibration_out
@@ -14,9 +15,13 @@ router = APIRouter(prefix="/v1/calibrations", tags=["calibrations"])
 
 @router.get("", response_model=CalibrationList)
 def list_calibrations(session: SessionDep, gpu: GpuQ = None) -> CalibrationList:
-    """Calibrations newest first (stale ones included, flagged)."""
-    return CalibrationList(items=[calibration_out(c) for c in
-                                  calibrations.list_calibrations(session, gpu)])
+    """Calibrations newest first (stale ones included, flagged), each with what its task
+    measured (``extra``)."""
+    items = calibrations.list_calibrations(session, gpu)
+    measured = measurements.of_tasks(session, sorted({c.job_id for c in items if c.job_id}),
+                                     Task.CALIBRATE.value)
+    return CalibrationList(items=[calibration_out(c, measured.get(c.job_id or 0))
+                                  for c in items])
 
 
 @router.post("/refresh", response_model=RefreshOut)

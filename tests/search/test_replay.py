@@ -73,12 +73,12 @@ class RecordedRunner:
                           for t in PROBLEMS[key]}
 
     def run(self, candidate: Candidate) -> Measurement:
-        if candidate.backend == Task.CALIBRATE.value:
+        if candidate.task == Task.CALIBRATE.value:
             cal = H100_REPLAY_CALIBRATION
             return Measurement(Status.OK, median_us=700.0, reps=10, bench_s=1.0,
                                extra={"bandwidth_gbs": cal.bandwidth_gbs,
                                       "peak_tflops": dict(cal.peak_tflops)})
-        if candidate.backend == Task.VERIFY.value:
+        if candidate.task == Task.VERIFY.value:
             lib, cus = (self.by_config[(candidate.config[s]["backend"],
                                         config_key(candidate.config[s]["config"]))]
                         for s in ("library", "custom"))

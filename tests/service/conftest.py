@@ -113,9 +113,9 @@ class Driver:
 
     def answer(self, c: dict[str, Any], median_of: Any = None) -> dict[str, Any]:
         """The FAKE result of one leased candidate or task."""
-        if c["backend"] == "calibrate":
+        if c["task"] == "calibrate":
             return fake_calibration()
-        if c["backend"] == "verify":
+        if c["task"] == "verify":
             lib = self.times[c["config"]["library_id"]]
             jitter = (1.0, 0.995, 1.005, 0.998, 1.002)
             extra = {"library_us": [lib * j for j in jitter]}

@@ -55,7 +55,7 @@ def test_a_cutlass_worker_measures_cutlass_library_candidates_first(
         grant = driver.lease(w, n=16)
         if not grant["candidates"]:
             break
-        if {c["backend"] for c in grant["candidates"]} == {"verify"}:
+        if {c["task"] for c in grant["candidates"]} == {"verify"}:
             # last: the CUTLASS pick confirmed against cuBLAS in one set of rounds
             assert "custom" not in grant["candidates"][0]["config"]
             confirmed += len(grant["candidates"])

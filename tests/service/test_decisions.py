@@ -84,14 +84,21 @@ def test_a_tie_in_the_verification_goes_to_the_library(client: TestClient,
     best = client.get("/v1/best", params={"m": 512, "n": 512, "k": 512, "dtype": "fp16",
                                           "gpu": state["gpu"]}).json()
     assert best["candidate_id"] == state["best"]["candidate_id"]
-    # the verification's rounds are evidence too: each contender's per-round medians
+    # the verification's rounds are evidence on the decision: each contender's per-round
+    # medians; the problem's trials list kernel measurements only
     trials = client.get(f"/v1/problems/{job['problem_id']}/trials",
-                        params={"limit": 50}).json()["items"]
-    (v,) = [t for t in trials if t["backend"] == "verify"]
+                        params={"limit": 50}).json()
+    assert {t["backend"] for t in trials["items"]} == {"cublas", "triton"}
+    assert trials["total"] == len(trials["items"]) == 3  # cuBLAS and 2 Triton trials
+    decided = client.get(f"/v1/problems/{job['problem_id']}/decision").json()
+    v = decided["verification"]
+    assert v == d["verification"] and v["status"] == "ok"
     rounds = d["policy"]["verify_rounds"]
-    assert len(v["extra"]["library_us"]) == len(v["extra"]["custom_us"]) == rounds >= 5
+    assert len(v["library_us"]) == len(v["custom_us"]) == v["rounds"] == rounds >= 5
+    assert v["library_id"] == d["library"]["candidate_id"]
+    assert v["custom_id"] == d["custom"]["candidate_id"]
     assert d["library"]["spread_us"] == pytest.approx(
-        max(v["extra"]["library_us"]) - min(v["extra"]["library_us"]))
+        max(v["library_us"]) - min(v["library_us"]))
 
 
 def test_a_wrong_result_on_the_recheck_keeps_the_library(client: TestClient,
@@ -105,7 +112,8 @@ def test_a_wrong_result_on_the_recheck_keeps_the_library(client: TestClient,
     driver.report(w, grant["lease_id"], trial["id"], driver.fake_ok(0.5 * lib_us))
     grant = driver.lease(w)
     (verify,) = grant["candidates"]
-    assert verify["backend"] == "verify" and verify["config"]["custom_id"] == trial["id"]
+    assert verify["task"] == "verify" and verify["backend"] is None
+    assert verify["config"]["custom_id"] == trial["id"]
     driver.report(w, grant["lease_id"], verify["id"], {
         **driver.fake_failure("wrong_result"), "error": "custom rel_error 0.4 on the re-check"})
     d = driver.job(job["id"])["decision"]
@@ -117,14 +125,20 @@ def test_a_wrong_result_on_the_recheck_keeps_the_library(client: TestClient,
 def test_calibration_is_measured_once_then_reused_until_refreshed(client: TestClient,
                                                                   driver: Any) -> None:
     w = driver.register()
-    driver.submit({"max_trials": 1}, policy=AGENT)
+    job = driver.submit({"max_trials": 1}, policy=AGENT)
     first = driver.lease(w)
-    assert [c["backend"] for c in first["candidates"]] == ["calibrate", "cublas"]
+    assert [(c["task"], c["backend"]) for c in first["candidates"]] == [("calibrate", None),
+                                                                       (None, "cublas")]
     for c in first["candidates"]:  # FAKE peaks for the calibration
         driver.report(w, first["lease_id"], c["id"], driver.answer(c))
     driver.run_all(w)
     cals = client.get("/v1/calibrations").json()["items"]
     assert len(cals) == 1 and cals[0]["gpu"] == driver.GPU and cals[0]["bandwidth_gbs"] == 3000
+    # the calibration task's measurement is the calibration's, not one of the problem's trials
+    assert cals[0]["extra"]["peak_tflops"]["bf16"] == 800.0 and cals[0]["bench_s"] == 1.5
+    trials = client.get(f"/v1/problems/{job['problem_id']}/trials").json()["items"]
+    assert cals[0]["measurement_id"] not in {t["id"] for t in trials}
+    assert trials and all(t["backend"] in ("cublas", "triton") for t in trials)
     assert client.get("/v1/calibrations", params={"gpu": driver.GPU}).json()["items"] == cals
     assert client.get("/v1/calibrations", params={"gpu": "other"}).json()["items"] == []
     assert client.get("/v1/calibrations", params={"gpu": "a\x01"}).status_code == 422
@@ -134,7 +148,7 @@ def test_calibration_is_measured_once_then_reused_until_refreshed(client: TestCl
     r = client.post("/v1/calibrations/refresh", json={"gpu": driver.GPU})
     assert r.status_code == 200 and r.json()["marked_stale"] == 1
     driver.submit({"max_trials": 1}, problem=dict(driver.PROBLEM, m=128), policy=AGENT)
-    assert "calibrate" in [c["backend"] for c in driver.lease(w)["candidates"]]
+    assert "calibrate" in [c["task"] for c in driver.lease(w)["candidates"]]
 
 
 @pytest.mark.uncalibrated
@@ -149,7 +163,7 @@ def test_a_library_within_the_calibrations_noise_of_the_threshold_is_sufficient(
     job = driver.submit({"max_trials": 4}, problem=square, policy=AGENT)
     grant = driver.lease(w)
     for c in grant["candidates"]:
-        m = cal if c["backend"] == "calibrate" else driver.fake_ok(attainable / 0.89)
+        m = cal if c["task"] == "calibrate" else driver.fake_ok(attainable / 0.89)
         driver.report(w, grant["lease_id"], c["id"], m)
     (stored,) = client.get("/v1/calibrations").json()["items"]
     assert stored["peak_low_tflops"] == {"bf16": 776.0, "fp16": 776.0}
@@ -175,7 +189,7 @@ def test_a_new_driver_makes_the_calibration_stale(client: TestClient, driver: An
     driver.run_all(w)
     w2 = driver.register("w2", driver="590.00")  # same GPU model, new driver
     driver.submit({"max_trials": 1}, problem=dict(driver.PROBLEM, m=256), policy=AGENT)
-    assert "calibrate" in [c["backend"] for c in driver.lease(w2)["candidates"]]
+    assert "calibrate" in [c["task"] for c in driver.lease(w2)["candidates"]]
 
 
 def test_reopen_supersedes_and_keeps_the_history(client: TestClient, driver: Any) -> None:

@@ -59,19 +59,19 @@ def _answer_all(driver: Any, worker: int, times: dict[str, float],
                 fp8_peak: float | None) -> list[str]:
     """Lease and answer until nothing is left: kernels with ``times``, the calibration with
     the FAKE peaks (and ``fp8_peak`` when given, as a device with fp8 GEMMs measures it).
-    Returns every backend leased, in order."""
+    Returns every backend (or task) leased, in order."""
     leased: list[str] = []
     for _ in range(20):
         grant = driver.lease(worker, n=16)
         if not grant["candidates"]:
             return leased
         for c in grant["candidates"]:
-            leased.append(c["backend"])
-            if c["backend"] == "calibrate":
+            leased.append(c["task"] or c["backend"])
+            if c["task"] == "calibrate":
                 m = driver.fake_calibration()
                 if fp8_peak is not None:
                     m["extra"]["peak_tflops"]["fp8_e4m3"] = fp8_peak
-            elif c["backend"] == "verify":  # the library's pick confirmed against cuBLAS
+            elif c["task"] == "verify":  # the library's pick confirmed against cuBLAS
                 lib = times[c["config"]["library"]["backend"]]
                 ref = times[c["config"]["reference"]["backend"]]
                 m = {**driver.fake_ok(lib), "extra": {"library_us": [lib] * 5,

@@ -15,8 +15,8 @@ PROBLEM = GemmProblem(m=33, n=40, k=64, dtype="fp16")
 TILE = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=2)
 
 
-def run(backend: str, config: dict, problem: GemmProblem = PROBLEM) -> Measurement:
-    cand = Candidate(problem=problem, backend=backend, config=config)
+def run(task: str, config: dict, problem: GemmProblem = PROBLEM) -> Measurement:
+    cand = Candidate.of_task(problem, task, config)
     return Measurement.from_dict(execute(cand.to_dict(), OPTS))
 
 
@@ -209,7 +209,7 @@ def test_rounds_after_the_first_are_timed_with_the_rewarmed_bench(
             return Timing(10.0, 10.0, 10.0, 1, 0.0, "fake")
         return call
 
-    cand = Candidate(problem=PROBLEM, backend="verify", config=_verify_config(TILE))
+    cand = Candidate.of_task(PROBLEM, "verify", _verify_config(TILE))
     m = tasks.verify(cand, {}, bench("first"), CUDA, n_sets=1, seed=7,
                      rewarmed=bench("later"))
     assert m.status == Status.OK, m.error
@@ -223,7 +223,7 @@ def test_rounds_after_the_first_are_timed_with_the_rewarmed_bench(
         return real(*args, **kw)
 
     monkeypatch.setattr(tasks, "verify", spy)
-    cand = Candidate(problem=PROBLEM, backend="verify", config=_verify_config(TILE))
+    cand = Candidate.of_task(PROBLEM, "verify", _verify_config(TILE))
     opts = {**OPTS, "warmup_ms": 20.0, "verify_rewarm_ms": 2.0}
     assert Measurement.from_dict(ex.execute(cand.to_dict(), opts)).status == Status.OK
     first, later = seen
@@ -242,7 +242,7 @@ def test_verification_rotates_the_order_of_the_contenders_round_by_round() -> No
         return Timing(float(next(calls)), 0.0, 0.0, 1, 0.0, "fake")
 
     config = {**_verify_config(TILE), "reference": {"backend": "cublas", "config": {}}}
-    cand = Candidate(problem=PROBLEM, backend="verify", config=config)
+    cand = Candidate.of_task(PROBLEM, "verify", config)
     m = tasks.verify(cand, {}, bench, CUDA, n_sets=1, seed=7)
     assert m.status == Status.OK, m.error
     # rounds: L C R, C R L, R L C, L C R, C R L
@@ -251,7 +251,7 @@ def test_verification_rotates_the_order_of_the_contenders_round_by_round() -> No
     assert m.extra["reference_us"] == [3, 5, 7, 12, 14]
     # two contenders alternate as before: L C, C L, ...
     calls = iter(range(1, 100))
-    m2 = tasks.verify(Candidate(problem=PROBLEM, backend="verify", config=_verify_config(TILE)),
+    m2 = tasks.verify(Candidate.of_task(PROBLEM, "verify", _verify_config(TILE)),
                       {}, bench, CUDA, n_sets=1, seed=7)
     assert m2.extra["library_us"] == [1, 4, 5, 8, 9] and "reference_us" not in m2.extra
 
@@ -268,13 +268,13 @@ def test_verification_rounds_are_timed_under_the_verify_rep_cap(
         return real(opts, cuda)
 
     monkeypatch.setattr(ex, "_bench", spy)
-    cand = Candidate(problem=PROBLEM, backend="verify", config=_verify_config(TILE))
+    cand = Candidate.of_task(PROBLEM, "verify", _verify_config(TILE))
     m = Measurement.from_dict(execute(cand.to_dict(), {**OPTS, "verify_max_reps": 40}))
     assert m.status == Status.OK, m.error
     assert seen == [(40, 10)]
     # a search measurement keeps the full cap
     seen.clear()
-    run("triton", TILE)
+    execute(Candidate(PROBLEM, "triton", TILE).to_dict(), OPTS)
     assert seen == [(500, 10)]
 
 
@@ -284,3 +284,12 @@ def test_verification_fails_clearly_on_a_contender_it_cannot_run() -> None:
     assert m.status == Status.UNSUPPORTED and "nope" in (m.error or "")
     bad = run("verify", {"rounds": 5})
     assert bad.status == Status.INVALID and "library.backend" in (bad.error or "")
+
+
+def test_the_child_dispatches_on_the_task_not_the_backend() -> None:
+    unknown = run("defragment", {})
+    assert unknown.status == Status.INVALID and "defragment" in (unknown.error or "")
+    # a task's name in the backend field is no task: the old wire form is refused as a kernel
+    legacy = Measurement.from_dict(execute(
+        Candidate(PROBLEM, "calibrate").to_dict(), OPTS))
+    assert legacy.status == Status.UNSUPPORTED and not legacy.extra

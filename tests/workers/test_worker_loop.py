@@ -24,7 +24,7 @@ class ReplayRunner:
 
     def run(self, candidate: Candidate) -> Measurement:
         self.ran.append(candidate)
-        if candidate.backend == "calibrate":
+        if candidate.task == "calibrate":
             return Measurement(Status.OK, median_us=1000.0, reps=3, bench_s=0.5, extra={
                 "bandwidth_gbs": 20.0, "peak_tflops": {"fp16": 0.5, "bf16": 0.5, "fp32": 0.2}})
         if candidate.backend == "cublas":
@@ -49,7 +49,8 @@ def test_loop_runs_a_job_to_completion_and_reports_everything(database_url: str)
     assert final["progress"]["trials_done"] == 5
     # the calibration, the cuBLAS baseline and 5 Triton configs
     assert loop.stats.reported == len(runner.ran) == 7
-    assert [c.backend for c in runner.ran[:2]] == ["calibrate", "cublas"]
+    assert [(c.task, c.backend) for c in runner.ran[:2]] == [("calibrate", None),
+                                                               (None, "cublas")]
     assert final["best"]["backend"] == "cublas" and final["best"]["median_us"] == 10.0
     assert final["decision"]["verdict"] == "library_wins_after_search"
 
