@@ -1,4 +1,4 @@
-"""Decision-loop benchmark (a GPU run on purpose, not a test).
+"""Decision loop vs full search, per shape of the public GEMM file (a GPU run on purpose).
 
 For each shape of the public GEMM file, two runs through the embedded service and one local
 worker, each in its own fresh SQLite database (so neither reuses the other's measurements):
@@ -27,7 +27,7 @@ so neither mode loads kernels the other compiled. The budget defaults to the ser
 none. Writes JSON (with every trial's compile and benchmark seconds), Markdown and the
 calibration (for the CPU replay tests).
 
-    python3 scripts/bench_agent.py --shapes docs/benchmarks/gemm_public.json \
+    python -m scripts.bench agent --shapes docs/benchmarks/gemm_public.json \
         --out /tmp/agent [--only 0,4] [--trials 32]
 """
 
@@ -37,17 +37,14 @@ import argparse
 import json
 import os
 import platform
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from search.types import SERVED_DTYPES  # noqa: E402
-from service.settings import ServiceSettings  # noqa: E402
-from workers.local import LocalCluster  # noqa: E402
+from search.types import SERVED_DTYPES
+from service.settings import ServiceSettings
+from workers.local import LocalCluster
 
 
 def run_job(cluster: LocalCluster, problem: dict[str, Any], trials: int,
@@ -144,9 +141,9 @@ def target(row: dict[str, Any]) -> dict[str, Any]:
     return {"target": "GPU time <= 25% of full", "met": ratio is not None and ratio <= 0.25}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", required=True)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``agent`` subcommand's options."""
+    ap.add_argument("--shapes", default="docs/benchmarks/gemm_public.json")
     ap.add_argument("--trials", type=int, default=ServiceSettings().default_max_trials,
                     help="custom-trial budget per job (default: the service's default budget)")
     ap.add_argument("--out", required=True)
@@ -165,7 +162,10 @@ def main() -> None:
                     "earlier runs on the same GPU model (e.g. the other mode, or other shapes) "
                     "to report side by side; with --modes '' nothing runs and the report is "
                     "made from them")
-    args = ap.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen modes over the chosen shapes; write agent_bench.{json,md} under --out."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     shapes = json.loads(Path(args.shapes).read_text())["shapes"]
@@ -273,6 +273,7 @@ def main() -> None:
         (out / "h100_calibration.json").write_text(json.dumps(calibration, indent=1))
     (out / "agent_bench.md").write_text(render(meta, rows))
     print(render(meta, rows))
+    return 0
 
 
 def _f(v: Any, fmt: str = "{:.2f}") -> str:
@@ -313,7 +314,3 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             cells = [f"{r['agent_spend'][k]:.2f} / {r['full_spend'][k]:.2f}" for k in STAGES]
             lines.append(f"| {r['shape']} | {r['dtype']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    main()

@@ -1,20 +1,14 @@
-"""The decision-loop benchmark's target rule (``scripts/bench_agent.py``): which of the issue's
+"""The decision-loop benchmark's target rule (``scripts/bench/agent.py``): which of the issue's
 two targets a shape gets, and with what noise. Decisions here are FAKE dicts in the stored
 shape; the numbers are invented."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "scripts" / "bench_agent.py"
-_spec = importlib.util.spec_from_file_location("bench_agent", _PATH)
-assert _spec is not None and _spec.loader is not None
-bench_agent = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench_agent)
+from scripts.bench import agent as bench_agent
 
 
 def decision(cublas_spread: float, pick_spread: float) -> dict[str, Any]:

@@ -1,13 +1,17 @@
-"""GEMM benchmark (a GPU run on purpose, not a test).
+"""Tuned GEMMs side by side with cuBLAS and torch.compile, per public shape (a GPU run).
 
 For each shape of the public benchmark file: tune it through the embedded service and a local
-worker with a stated trial budget (cuBLAS is a candidate), then time side by side in this one
-process, interleaved over several rounds, cuBLAS, the best Triton configuration and PyTorch's
-``torch.compile(mode="max-autotune-no-cudagraphs")`` as the peer to beat. Every kernel's output
-is checked against the reference before it is timed. Prints a table, writes JSON and Markdown,
-and dumps every measurement the tuning made (for the CPU replay tests).
+worker with a stated trial budget (cuBLAS is a candidate), then re-measure cuBLAS and the best
+Triton configuration interleaved over several rounds on the same fresh inputs, through the
+worker's own verification task (``workers.execute``: each contender checked against the
+reference into a NaN-poisoned output, then timed with CUDA events), once with the clean-L2
+read flush and once with the write flush of ``triton.testing.do_bench``. PyTorch's
+``torch.compile(mode="max-autotune-no-cudagraphs")`` is the peer to beat: no backend of the
+worker runs it, so it is checked against the same reference and timed with the worker's
+``EventBench`` here. Prints a table, writes JSON and Markdown, and dumps every measurement the
+tuning made (for the CPU replay tests).
 
-    python3 scripts/bench_gemm.py --shapes ../shared/bench/gemm_public.json --trials 64 \
+    python -m scripts.bench gemm --shapes docs/benchmarks/gemm_public.json --trials 64 \
         --out /tmp/bench [--only 0,2,7,8]
 """
 
@@ -17,83 +21,104 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import torch  # noqa: E402
-import triton  # noqa: E402
-
-from kernel_templates.inputs import make_inputs  # noqa: E402
-from kernel_templates.reference import reference_matmul, rel_error, tolerance  # noqa: E402
-from kernel_templates.registry import make_callable  # noqa: E402
-from search.types import Candidate, GemmProblem  # noqa: E402
-from service.client import KernelSearchError  # noqa: E402
-from workers.bench import EventBench  # noqa: E402
-from workers.device import detect_device  # noqa: E402
-from workers.local import run_tuning  # noqa: E402
+from search.types import Candidate, GemmProblem, Measurement, Status, Task
+from service.client import KernelSearchError
 
 
-def side_by_side(problem: GemmProblem, configs: dict[str, Candidate | None], rounds: int,
-                 peer: bool) -> dict[str, Any]:
-    """Interleaved rounds (A B C A B C …) of each contender on the same fresh inputs."""
+def interleaved(problem: GemmProblem, triton_config: dict[str, Any], rounds: int,
+                flush_mode: str) -> dict[str, Any]:
+    """cuBLAS and the Triton config re-measured in alternating rounds by the worker's
+    verification task; ``{cublas,triton}_us`` are the medians of the rounds."""
+    from workers.execute import execute
+
+    spec = {"library": {"backend": "cublas", "config": {}},
+            "custom": {"backend": "triton", "config": triton_config}, "rounds": rounds}
+    got = Measurement.from_dict(execute(
+        Candidate(problem, Task.VERIFY.value, spec).to_dict(),
+        {"flush_mode": flush_mode, "max_reps": 500, "verify_max_reps": 500}))
+    if got.status != Status.OK:
+        raise RuntimeError(f"side by side on {problem.describe()}: {got.status}: {got.error}")
+    out: dict[str, Any] = {}
+    for side, name in (("library", "cublas"), ("custom", "triton")):
+        values = got.extra[f"{side}_us"]
+        out[f"{name}_us"] = statistics.median(values)
+        out[f"{name}_spread_us"] = [min(values), max(values)]
+        out[f"{name}_rel_error"] = got.extra[f"{side}_rel_error"]
+    return out
+
+
+def max_autotune(problem: GemmProblem, rounds: int) -> dict[str, Any]:
+    """The peer: ``torch.compile`` max-autotune of ``torch.matmul``, checked against the
+    reference on fresh inputs, then timed like a worker times a kernel."""
+    import torch
+
+    from kernel_templates.inputs import make_inputs
+    from kernel_templates.reference import reference_for, rel_error, tolerance_for
+    from workers.bench import EventBench
+
     sets = [make_inputs(problem, "cuda", seed=1000 + i) for i in range(3)]
-    ref = reference_matmul(sets[0].a, sets[0].b)
-    fns: dict[str, list[Any]] = {}
-    info: dict[str, Any] = {}
-    for name, cand in configs.items():
-        if cand is None:
-            continue
-        fns[name] = [make_callable(cand, s) for s in sets]
-    if peer:
-        torch._dynamo.reset()
-        fn = torch.compile(torch.matmul, mode="max-autotune-no-cudagraphs", dynamic=False)
-        t0 = time.perf_counter()
-        fn(sets[0].a, sets[0].b)
-        torch.cuda.synchronize()
-        info["max-autotune_compile_s"] = time.perf_counter() - t0
-        fns["max-autotune"] = [(lambda s=s: fn(s.a, s.b)) for s in sets]
-    for name, calls in fns.items():
-        sets[0].out.fill_(float("nan"))
-        got = calls[0]()
-        got = sets[0].out if got is None else got
-        torch.cuda.synchronize()
-        err = rel_error(got, ref)
-        info[f"{name}_rel_error"] = err
-        if not err <= tolerance(problem):
-            raise RuntimeError(f"{name} is wrong on {problem.describe()}: rel error {err:.2e}")
-    # The default (read) flush leaves L2 clean; the write flush of triton.testing.do_bench
-    # leaves it dirty. Both are reported for cuBLAS and Triton, to show what the method costs.
-    bench, bench_w = EventBench(), EventBench(flush_mode="write")
-    medians: dict[str, list[float]] = {name: [] for name in fns}
-    medians.update({f"{name}_writeflush": [] for name in ("cublas", "triton") if name in fns})
-    for _ in range(rounds):
-        for name, calls in fns.items():
-            medians[name].append(bench(calls).median_us)
-            if f"{name}_writeflush" in medians:
-                medians[f"{name}_writeflush"].append(bench_w(calls).median_us)
-    for name, values in medians.items():
-        info[f"{name}_us"] = statistics.median(values)
-        info[f"{name}_spread_us"] = [min(values), max(values)]
+    torch._dynamo.reset()
+    fn = torch.compile(torch.matmul, mode="max-autotune-no-cudagraphs", dynamic=False)
+    t0 = time.perf_counter()
+    got = fn(sets[0].a, sets[0].b)
+    torch.cuda.synchronize()
+    info: dict[str, Any] = {"max-autotune_compile_s": time.perf_counter() - t0}
+    err = rel_error(got, reference_for(sets[0]))
+    info["max-autotune_rel_error"] = err
+    if not err <= tolerance_for(problem, None):
+        raise RuntimeError(f"max-autotune is wrong on {problem.describe()}: {err:.2e}")
+    calls = [(lambda s=s: fn(s.a, s.b)) for s in sets]
+    values = [EventBench(max_reps=500)(calls).median_us for _ in range(rounds)]
+    info["max-autotune_us"] = statistics.median(values)
+    info["max-autotune_spread_us"] = [min(values), max(values)]
     return info
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", type=Path, default=Path("../shared/bench/gemm_public.json"))
+def side_by_side(problem: GemmProblem, triton_config: dict[str, Any] | None, rounds: int,
+                 peer: bool) -> dict[str, Any]:
+    """cuBLAS, the best Triton config (both flushes) and the peer, each checked, then timed."""
+    from workers.execute import execute
+
+    info: dict[str, Any] = {}
+    if triton_config is None:  # no correct Triton config: cuBLAS alone, as a worker measures it
+        got = Measurement.from_dict(execute(Candidate(problem, "cublas", {}).to_dict()))
+        info.update(cublas_us=got.median_us, cublas_rel_error=got.rel_error)
+    else:
+        info.update(interleaved(problem, triton_config, rounds, "read"))
+        info.update({k.replace("_us", "_writeflush_us"): v for k, v in
+                     interleaved(problem, triton_config, rounds, "write").items()
+                     if k.endswith("_us") and "spread" not in k})
+    if peer:
+        info.update(max_autotune(problem, rounds))
+    return info
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The ``gemm`` subcommand's options."""
+    ap.add_argument("--shapes", type=Path, default=Path("docs/benchmarks/gemm_public.json"))
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--only", default="", help="comma-separated shape indices")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--db", default=None, help="SQLite file (default: a fresh one, so no "
                     "earlier measurement is reused)")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--no-peer", action="store_true")
-    args = ap.parse_args()
+    ap.add_argument("--no-peer", action="store_true", help="skip torch.compile max-autotune")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Tune and time every chosen shape; write bench_gemm.{json,md} and measurements.json."""
+    import torch
+    import triton
+
+    from workers.device import detect_device
+    from workers.local import run_tuning
+
     args.out.mkdir(parents=True, exist_ok=True)
     shapes = json.loads(args.shapes.read_text())["shapes"]
     picked = [int(i) for i in args.only.split(",") if i] or list(range(len(shapes)))
@@ -116,7 +141,7 @@ def main() -> None:
         print(f"== {row['shape']} {dtype} ({row['class']})", flush=True)
         try:
             # full_search: this benchmark measures the search itself (the decision loop's
-            # early stops are benchmarked by scripts/bench_agent.py)
+            # early stops are benchmarked by ``python -m scripts.bench agent``)
             result = run_tuning(problem, {"max_trials": args.trials}, database_url=db_url,
                                 policy={"full_search": True})
         except KernelSearchError as exc:
@@ -132,12 +157,9 @@ def main() -> None:
                    triton_config=custom and custom["config"],
                    winner=job.get("best") and job["best"]["backend"], error=job.get("error"))
         gp = GemmProblem.from_dict(problem)
-        contenders = {
-            "cublas": Candidate(gp, "cublas", {}),
-            "triton": Candidate(gp, "triton", custom["config"]) if custom else None,
-        }
         try:
-            row.update(side_by_side(gp, contenders, args.rounds, peer=not args.no_peer))
+            row.update(side_by_side(gp, custom and custom["config"], args.rounds,
+                                    peer=not args.no_peer))
         except Exception as exc:  # a failed peer must not lose the tuning result
             row["side_by_side_error"] = repr(exc)
             print(f"   side-by-side failed: {exc!r}", flush=True)
@@ -162,6 +184,7 @@ def main() -> None:
     table = render(meta, rows)
     (args.out / "bench_gemm.md").write_text(table)
     print(table)
+    return 0
 
 
 def _trials(result: Any, job: dict[str, Any]) -> dict[str, Any]:
@@ -210,7 +233,3 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             f" | {_f(r.get('chosen_vs_max_autotune'), '{:.3f}')} | {r.get('trials')}"
             f" | {r.get('tuning_s')} |")
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    main()
