@@ -1,0 +1,26 @@
+"""``python -m scripts.bench <gemm|agent|cutlass-cache> ...``: one subcommand per benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from scripts.bench import agent, cutlass_cache, gemm
+
+COMMANDS = {"gemm": gemm, "agent": agent, "cutlass-cache": cutlass_cache}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m scripts.bench",
+                                 description="Benchmarks of kernelsearch (run on a GPU host).")
+    sub = ap.add_subparsers(dest="command", required=True)
+    for name, module in COMMANDS.items():
+        doc = (module.__doc__ or name).strip().splitlines()[0]
+        module.add_arguments(sub.add_parser(name, help=doc, description=doc))
+    args = ap.parse_args(argv)
+    return COMMANDS[args.command].run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
