@@ -84,11 +84,9 @@ def job_trials(cluster: LocalCluster, job: dict[str, Any]) -> list[dict[str, Any
             break
     keep = ("id", "candidate_id", "backend", "config", "status", "median_us", "p20_us",
             "p80_us", "compile_s", "bench_s")
-    # a verification keeps its per-round medians (extra: library_us, custom_us, reference_us)
-    # and a calibration its passes (extra: curve_passes, burst_tflops ...)
-    return [{**{k: t.get(k) for k in keep},
-             **({"extra": t.get("extra")} if t.get("backend") in ("verify", "calibrate")
-                else {})}
+    # kernel measurements only: the verification's rounds are on the decision
+    # (``decision.verification``) and the calibration's passes on ``GET /v1/calibrations``
+    return [{k: t.get(k) for k in keep}
             for t in sorted(items, key=lambda t: t["id"]) if t.get("job_id") == job["id"]]
 
 

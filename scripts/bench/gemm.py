@@ -40,7 +40,7 @@ def interleaved(problem: GemmProblem, triton_config: dict[str, Any], rounds: int
     spec = {"library": {"backend": "cublas", "config": {}},
             "custom": {"backend": "triton", "config": triton_config}, "rounds": rounds}
     got = Measurement.from_dict(execute(
-        Candidate(problem, Task.VERIFY.value, spec).to_dict(),
+        Candidate.of_task(problem, Task.VERIFY.value, spec).to_dict(),
         {"flush_mode": flush_mode, "max_reps": 500, "verify_max_reps": 500}))
     if got.status != Status.OK:
         raise RuntimeError(f"side by side on {problem.describe()}: {got.status}: {got.error}")
