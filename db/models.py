@@ -91,7 +91,7 @@ class JobRow(Base):
     #: ``backends`` intersected with what the first leasing device supports.
     bound_backends: Mapped[list[str] | None] = mapped_column(JSON)
     seed: Mapped[int] = mapped_column(Integer, default=0)
-    #: the decision loop's policy (``search.agent.Policy`` fields) and where it stands
+    #: the decision loop's policy (``search.decision.Policy`` fields) and where it stands
     policy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     stage: Mapped[str | None] = mapped_column(String(16))
     #: custom-search tiers whose space ran out for this job

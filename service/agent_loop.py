@@ -1,6 +1,6 @@
 """The service side of the decision loop: evidence in, actions out.
 
-:func:`search.agent.plan` is pure; this module reads one job's evidence from the database
+:func:`search.decision.plan` is pure; this module reads one job's evidence from the database
 (calibration, candidates with their measurements, the verification), asks the agent, and carries
 out what it says: enqueue the calibration, the library candidates, a tier's Optuna proposals or
 the interleaved verification; cancel a finished tier's pending trials; store the decision and
@@ -29,7 +29,7 @@ from db.records import (
     JobStatus,
     MeasurementRecord,
 )
-from search import agent
+from search import decision
 from search.constraints import DeviceLimits, limits_for
 from search.cutlass_tuner import CompileBudget
 from search.roofline import Calibration
@@ -77,7 +77,7 @@ class AgentLoop:
                     self._drop_pending(job, "time budget exhausted")
                 # the worker resolved once: later rounds reuse it
                 ev, device = self.evidence(job, now, device)
-                p = agent.plan(ev)
+                p = decision.plan(ev)
                 if job.stage != str(p.stage):
                     with self.db.session() as s:
                         jobs.set_stage(s, job.id, str(p.stage))
@@ -86,9 +86,9 @@ class AgentLoop:
 
     # -- evidence -----------------------------------------------------------------------------
     def evidence(self, job: JobRecord, now: datetime, device: dict[str, Any] | None = None
-                 ) -> tuple[agent.Evidence, dict[str, Any]]:
+                 ) -> tuple[decision.Evidence, dict[str, Any]]:
         problem = job.problem
-        policy = agent.Policy.from_dict(job.policy)
+        policy = decision.Policy.from_dict(job.policy)
         gpu = job.bound_gpu or ""
         with self.db.read_session() as s:
             if device is None:
@@ -106,8 +106,8 @@ class AgentLoop:
             rows = cands.job_candidates(s, job.id)
             found = measurements.of_candidates(s, [c.id for c in rows])
             pending_cal = cands.outstanding_tasks(s, gpu, Task.CALIBRATE.value)
-        trials: list[agent.Trial] = []
-        verification: agent.Verification | None = None
+        trials: list[decision.Trial] = []
+        verification: decision.Verification | None = None
         cal_done, cal_gpu_s = False, 0.0
         for c in rows:
             m = found.get(c.id)
@@ -145,7 +145,7 @@ class AgentLoop:
         tiers = triton_gemm.tier_plans(
             problem, mode=str(device.get("mode", "")), cc=str(device.get("cc", "")),
             sm_count=int(device.get("sm_count", 0) or 0), allow_tf32=policy.allow_tf32)
-        ev = agent.Evidence(
+        ev = decision.Evidence(
             problem=problem, policy=policy, calibration=calibration,
             calibration_failed=cal_done and calibration is None,
             calibration_pending=pending_cal > 0,
@@ -157,25 +157,25 @@ class AgentLoop:
         return ev, device
 
     # -- actions ------------------------------------------------------------------------------
-    def _act(self, job: JobRecord, ev: agent.Evidence, p: agent.Plan, device: dict[str, Any],
+    def _act(self, job: JobRecord, ev: decision.Evidence, p: decision.Plan, device: dict[str, Any],
              now: datetime) -> bool:
         """Carry out the plan's actions; True when the state changed so that planning again
         may give a different answer."""
         changed = False
         for action in p.actions:
-            if isinstance(action, agent.Calibrate):
+            if isinstance(action, decision.Calibrate):
                 self._add(job, [(Task.CALIBRATE.value, {})], now, task=True)
-            elif isinstance(action, agent.MeasureLibrary):
+            elif isinstance(action, decision.MeasureLibrary):
                 self._add(job, [(backend, dict(config)) for backend, config in action.candidates],
                           now)
-            elif isinstance(action, agent.StopTier):
+            elif isinstance(action, decision.StopTier):
                 changed |= bool(self._drop_pending(job, f"tier over: {action.reason}",
                                                    action.tier))
-            elif isinstance(action, agent.Search):
+            elif isinstance(action, decision.Search):
                 changed |= self._search(job, ev, action, device, now)
-            elif isinstance(action, agent.Verify):
+            elif isinstance(action, decision.Verify):
                 self._add(job, [(Task.VERIFY.value, _verify_config(action))], now, task=True)
-            elif isinstance(action, agent.Decide):
+            elif isinstance(action, decision.Decide):
                 self._decide(job, action.decision, ev.verification, device, now)
                 return False
         return changed
@@ -202,12 +202,12 @@ class AgentLoop:
                     cands.add_candidates(s, job.id, job.problem_id, name, [(config, None)],
                                          now)
 
-    def _search(self, job: JobRecord, ev: agent.Evidence, action: agent.Search,
+    def _search(self, job: JobRecord, ev: decision.Evidence, action: decision.Search,
                 device: dict[str, Any], now: datetime) -> bool:
         """Top the tier (a Triton tier, or the CUTLASS search) up to the job's window of
         outstanding trials; True when planning again may add more: the tier's space ran out,
         or its budget is all out and the window still has room (the next tier may start)."""
-        cutlass = action.tier == agent.CUTLASS_TIER
+        cutlass = action.tier == decision.CUTLASS_TIER
         backend = CUTLASS if cutlass else TRITON
         with self.db.read_session() as s:
             outstanding = cands.job_counts(s, job.id).outstanding
@@ -244,7 +244,7 @@ class AgentLoop:
         filled = action.n is not None and len(proposals) == action.n and action.n < room
         return active and (exhausted or filled)
 
-    def _compile_budget(self, job: JobRecord, ev: agent.Evidence, action: agent.Search
+    def _compile_budget(self, job: JobRecord, ev: decision.Evidence, action: decision.Search
                         ) -> CompileBudget:
         """What the CUTLASS search may still compile: the seconds the agent allows, the
         operations some worker has built for this problem and GPU model (measured past
@@ -252,7 +252,7 @@ class AgentLoop:
         with self.db.read_session() as s:
             built = measurements.built_ops(s, job.problem_id, job.bound_gpu or "", CUTLASS)
         pending = {str(t.config.get("op")) for t in ev.library
-                   if t.tier == agent.CUTLASS_TIER and not t.done} - built
+                   if t.tier == decision.CUTLASS_TIER and not t.done} - built
         left = math.inf if action.compile_left_s is None else action.compile_left_s
         return CompileBudget(left, frozenset(built), frozenset(pending))
 
@@ -265,8 +265,8 @@ class AgentLoop:
         self.abandon(job, dropped)
         return dropped
 
-    def _decide(self, job: JobRecord, d: agent.Decision,
-                verification: agent.Verification | None, device: dict[str, Any],
+    def _decide(self, job: JobRecord, d: decision.Decision,
+                verification: decision.Verification | None, device: dict[str, Any],
                 now: datetime) -> None:
         pick = d.custom if d.chosen == "custom" else d.library
         env = {k: device.get(k) for k in ("gpu_model", "sm_count", "cc", "driver", "cuda",
@@ -375,31 +375,31 @@ def _own_calibration(gpu: str, m: MeasurementRecord) -> Calibration | None:
         return None
 
 
-def _trial(c: CandidateRecord, m: MeasurementRecord | None) -> agent.Trial:
+def _trial(c: CandidateRecord, m: MeasurementRecord | None) -> decision.Trial:
     if m is not None:
-        return agent.Trial(c.id, c.backend, c.config, c.tier, m.status, m.median_us, m.p20_us,
+        return decision.Trial(c.id, c.backend, c.config, c.tier, m.status, m.median_us, m.p20_us,
                            m.p80_us, m.gpu_s, m.compile_s or 0.0)
     if c.status == CandidateStatus.FAILED:  # never measured: its lease expired too often
-        return agent.Trial(c.id, c.backend, c.config, c.tier, "crashed")
-    return agent.Trial(c.id, c.backend, c.config, c.tier)
+        return decision.Trial(c.id, c.backend, c.config, c.tier, "crashed")
+    return decision.Trial(c.id, c.backend, c.config, c.tier)
 
 
-def _verification(c: CandidateRecord, m: MeasurementRecord | None) -> agent.Verification:
+def _verification(c: CandidateRecord, m: MeasurementRecord | None) -> decision.Verification:
     lib_id = int(c.config.get("library_id", 0))
     cus_id = int(c.config["custom_id"]) if c.config.get("custom_id") is not None else None
     if m is None:
         status = "crashed" if c.status == CandidateStatus.FAILED else None
-        return agent.Verification(lib_id, cus_id, status, error=c.failure_reason)
+        return decision.Verification(lib_id, cus_id, status, error=c.failure_reason)
     extra = m.extra or {}
     ref_id = c.config.get("reference_id")
-    return agent.Verification(
+    return decision.Verification(
         lib_id, cus_id, m.status, tuple(float(x) for x in extra.get("library_us") or ()),
         tuple(float(x) for x in extra.get("custom_us") or ()), m.gpu_s, m.error,
         int(ref_id) if ref_id is not None else None,
         tuple(float(x) for x in extra.get("reference_us") or ()))
 
 
-def _evidence(d: agent.Decision, v: agent.Verification | None) -> dict[str, Any]:
+def _evidence(d: decision.Decision, v: decision.Verification | None) -> dict[str, Any]:
     """A decision's stored evidence: the decision, and the verification it saw with each
     contender's per-round medians (a task, so not among the problem's trials)."""
     rounds = None
@@ -412,7 +412,7 @@ def _evidence(d: agent.Decision, v: agent.Verification | None) -> dict[str, Any]
     return {**d.to_dict(), "verification": rounds}
 
 
-def _verify_config(v: agent.Verify) -> dict[str, Any]:
+def _verify_config(v: decision.Verify) -> dict[str, Any]:
     config: dict[str, Any] = {
         "library": {"backend": v.library.backend, "config": dict(v.library.config)},
         "rounds": v.rounds, "library_id": v.library.id}

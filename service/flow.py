@@ -29,7 +29,7 @@ from db.records import (
     MeasurementRecord,
     WorkerRecord,
 )
-from search.agent import Policy
+from search.decision import Policy
 from search.types import (
     LIBRARY_BACKENDS,
     Backend,

@@ -7,12 +7,22 @@ shape it cannot store.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_type_hints
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    create_model,
+    model_validator,
+)
 
+from search.decision.policy import Policy, bounds_of
 from search.types import GemmProblem, Status, parse_problem
 
 MAX_DIM = 2**31 - 1
@@ -100,49 +110,29 @@ class BudgetIn(_In):
         return self
 
 
-class PolicyIn(_In):
-    """How the decision loop spends GPU time (``search.agent.Policy``); all optional."""
+def _policy_field(f: dataclasses.Field[Any], hint: Any) -> tuple[Any, Any]:
+    """One ``PolicyIn`` field from a ``Policy`` field: its type (ints strict, floats finite),
+    its bounds and description from the field's metadata, its default."""
+    b = bounds_of(f)
+    rng = {"ge": b.ge, "gt": b.gt, "le": b.le, "lt": b.lt}
+    if hint is bool:
+        tp: Any = bool
+    elif hint is int:
+        tp = Annotated[int, Field(strict=True, **rng)]
+    elif hint is float:
+        tp = Annotated[float, Field(allow_inf_nan=False, **rng)]
+    else:
+        raise TypeError(f"policy.{f.name}: no schema for {hint!r}")
+    return tp, Field(f.default, description=b.doc)
 
-    threshold: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False,
-                                      description="library efficiency (attainable / measured) "
-                                                  "at or above which the library is "
-                                                  "sufficient")] = 0.9
-    force_custom: bool = Field(False, description="search custom kernels even when the "
-                                                  "library is sufficient")
-    full_search: bool = Field(False, description="spend the whole budget: no early stops "
-                                                 "(the agent's baseline)")
-    allow_tf32: bool = Field(False, description="fp32 inputs may be multiplied in tf32")
-    patience: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 8
-    min_gain: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.01
-    probe: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 6
-    promise_gap: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 0.10
-    verify_rounds: Annotated[int, Field(strict=True, ge=5, le=100)] = 5
-    verify_margin: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False,
-                                          description="re-measure a custom best only when "
-                                                      "within this of the library")] = 0.03
-    cutlass_trials: Annotated[int, Field(strict=True, ge=0, le=10_000,
-                                         description="trials of the CUTLASS search "
-                                                     "(0: none)")] = 12
-    cutlass_compile_s: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False,
-                                              description="compile-seconds the CUTLASS search "
-                                                          "may spend building new operations "
-                                                          "(knob variants of built ones are "
-                                                          "free)")] = 900.0
-    first_cutlass_seeds: Annotated[int, Field(
-        strict=True, ge=0, le=1000,
-        description="without tune_library: CUTLASS seeds measured with cuBLAS before "
-                    "verdict 1 (the best-ranked); the other seeds only when these fall short "
-                    "of the threshold")] = 1
-    tune_library: bool = Field(True, description="the library stage is cuBLAS, every CUTLASS "
-                                                 "seed and the CUTLASS search, and verdict 1 "
-                                                 "is asked once that search ends (false: "
-                                                 "after the first wave, and a sufficient "
-                                                 "library ends the job unsearched)")
-    confirm_library: bool = Field(True, description="a decision that keeps the library "
-                                                    "re-measures its pick (when not cuBLAS, "
-                                                    "or within verify_margin of it) and "
-                                                    "cuBLAS interleaved, and the faster is "
-                                                    "the pick")
+
+#: How the decision loop spends GPU time, as a client sends it: derived from
+#: ``search.decision.Policy`` (names, types, defaults, ranges, descriptions), all optional.
+PolicyIn = create_model(  # type: ignore[call-overload]
+    "PolicyIn", __base__=_In, __module__=__name__,
+    __doc__="How the decision loop spends GPU time (``search.decision.Policy``); all optional.",
+    **{f.name: _policy_field(f, hint) for f, hint in zip(
+        dataclasses.fields(Policy), get_type_hints(Policy).values(), strict=True)})
 
 
 class ReopenIn(_In):
@@ -217,7 +207,7 @@ class JobOut(BaseModel):
 
 
 class DecisionOut(BaseModel):
-    """A verdict of the decision loop with its evidence (``search.agent.Decision``)."""
+    """A verdict of the decision loop with its evidence (``search.decision.Decision``)."""
 
     id: int
     problem_id: int

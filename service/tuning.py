@@ -46,8 +46,8 @@ TunerFactory = Callable[[str, GemmProblem, str, DeviceLimits, int, str | None], 
 def optuna_tuner(storage_url: str, problem: GemmProblem, gpu_model: str, limits: DeviceLimits,
                  seed: int, tier: str | None = None) -> Tuner:
     """The real tuner: an Optuna study (per search tier) in the service's own database; the
-    CUTLASS search (``search.agent.CUTLASS_TIER``) has a study over CUTLASS's space."""
-    from search.agent import CUTLASS_TIER
+    CUTLASS search (``search.decision.CUTLASS_TIER``) has a study over CUTLASS's space."""
+    from search.decision import CUTLASS_TIER
 
     if tier == CUTLASS_TIER:
         from search.cutlass_tuner import CutlassTuner

@@ -19,8 +19,8 @@ import torch
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from search.agent import CUTLASS_TIER
 from search.constraints import DeviceLimits
+from search.decision import CUTLASS_TIER
 from search.types import GemmProblem, Measurement
 from service.app import create_app
 from service.settings import ServiceSettings

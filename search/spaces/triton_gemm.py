@@ -5,7 +5,7 @@ A configuration is a plain dict with the template's meta-parameters::
     {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1,
      "num_warps": 8, "num_stages": 3}
 
-The decision loop (``search.agent``) searches the space in *tiers*, cheapest ideas first:
+The decision loop (``search.decision``) searches the space in *tiers*, cheapest ideas first:
 ``tiles`` (tiles, stages, warps; no split), ``split_k`` (the same with K split), ``hopper`` (the
 persistent TMA kernel; sm_90 only) and ``precision``
 (tf32 for fp32 inputs, where the job's policy allows it). Each tier adds its own keys; a config
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from search.agent import TierPlan
+from search.decision.evidence import TierPlan
 from search.types import GemmProblem
 
 #: Input dtypes the Triton GEMM template multiplies.

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from search.agent import Policy
+from search.decision import Policy
 from search.types import Problem, ProblemError
 from service.deps import FlowDep, PagingDep, SettingsDep
 from service.errors import InvalidInput

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from search.agent import (
+from search.decision import (
     CUTLASS_TIER,
     Calibrate,
     Decide,

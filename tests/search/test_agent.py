@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from search.agent import (
+from search.decision import (
     Calibrate,
     Decide,
     Evidence,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from search.agent import (
+from search.decision import (
     CUTLASS_TIER,
     Decide,
     Decision,

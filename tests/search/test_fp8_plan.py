@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from search.agent import Decide, Evidence, Policy, Search, Stage, Trial, Verdict, Wait, plan
+from search.decision import Decide, Evidence, Policy, Search, Stage, Trial, Verdict, Wait, plan
 from search.roofline import Calibration, roofline
 from search.spaces.triton_gemm import tier_plans
 from search.types import GemmProblem

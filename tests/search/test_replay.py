@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from search.agent import Policy
 from search.constraints import DeviceLimits
+from search.decision import Policy
 from search.optimizer import GemmTuner
 from search.types import Candidate, Device, GemmProblem, Measurement, Status, Task, config_key
 from service.app import create_app

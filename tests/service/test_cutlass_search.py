@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from search.agent import CUTLASS_TIER
+from search.decision import CUTLASS_TIER
 from service import library
 from service.settings import ServiceSettings
 from service.tuning import optuna_tuner

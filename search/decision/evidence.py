@@ -1,0 +1,124 @@
+"""The decision loop's vocabulary: what is known about one job (:class:`Evidence`) and the
+words the stages and verdicts are named by. Values only, no logic beyond their own fields."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from search.decision.policy import Policy
+from search.roofline import Calibration
+from search.types import GemmProblem
+
+__all__ = ["CUTLASS_TIER", "Evidence", "Stage", "TierPlan", "Trial", "Verdict", "Verification"]
+
+#: The ``tier`` of the CUTLASS search's candidates. Library side: its trials count with the
+#: library (``Evidence.library``), never with the custom tiers.
+CUTLASS_TIER = "cutlass"
+
+
+class Verdict(StrEnum):
+    """How a job ended: verdict 1 (the library is sufficient), or after a custom search."""
+
+    LIBRARY_SUFFICIENT = "library_sufficient"
+    CUSTOM_WINS = "custom_wins"
+    LIBRARY_WINS_AFTER_SEARCH = "library_wins_after_search"
+
+
+class Stage(StrEnum):
+    """Where a job stands (the stage of the :class:`~search.decision.Plan` that says so)."""
+
+    LIBRARY = "library"
+    CUTLASS = "cutlass"
+    CUSTOM = "custom"
+    VERIFY = "verify"
+    DECIDED = "decided"
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    """A tier of the custom search: its name, its weight in the budget, whether it applies to
+    this problem on this device and why (the reason is shown either way)."""
+
+    name: str
+    weight: float
+    applicable: bool = True
+    reason: str = ""
+    #: the most this tier is expected to gain over the best of the tiers before it (None: no
+    #: bound, e.g. split-K on a skinny shape); a tier that could not close the gap to the
+    #: library even with that gain is skipped
+    max_gain: float | None = None
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One library or custom candidate and, once it ran, its result (``status`` None: out)."""
+
+    id: int
+    backend: str
+    config: Mapping[str, Any] = field(hash=False)
+    tier: str | None = None  # None: a library candidate
+    status: str | None = None
+    median_us: float | None = None
+    p20_us: float | None = None
+    p80_us: float | None = None
+    gpu_s: float = 0.0
+    compile_s: float = 0.0  # building its callables (a CUTLASS op not in the cache: nvcc)
+
+    @property
+    def done(self) -> bool:
+        return self.status is not None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.median_us is not None
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Interleaved re-measurement: per-round medians of each contender (and of cuBLAS, the
+    ``reference``, when the library's pick is another library kernel). ``custom_id`` None: a
+    library confirmation (the library's pick against cuBLAS only, see :class:`Verify`)."""
+
+    library_id: int
+    custom_id: int | None
+    status: str | None = None  # None: outstanding
+    library_us: tuple[float, ...] = ()
+    custom_us: tuple[float, ...] = ()
+    gpu_s: float = 0.0
+    error: str | None = None
+    reference_id: int | None = None
+    reference_us: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything known about one job's decision (built by the service from the database)."""
+
+    problem: GemmProblem
+    policy: Policy
+    calibration: Calibration | None
+    calibration_failed: bool = False
+    calibration_pending: bool = False
+    library_configs: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    #: why a library backend the job allows contributed no candidate (shown in the rationale)
+    library_notes: tuple[str, ...] = ()
+    custom_allowed: bool = True
+    tiers: tuple[TierPlan, ...] = ()
+    trials: tuple[Trial, ...] = ()
+    exhausted_tiers: frozenset[str] = frozenset()
+    verification: Verification | None = None
+    max_trials: int | None = None
+    time_up: bool = False
+    calibration_gpu_s: float = 0.0
+
+    @property
+    def library(self) -> list[Trial]:
+        """The first stage's candidates and the CUTLASS search's."""
+        return [t for t in self.trials if t.tier in (None, CUTLASS_TIER)]
+
+    @property
+    def custom(self) -> list[Trial]:
+        return [t for t in self.trials if t.tier not in (None, CUTLASS_TIER)]

@@ -1,0 +1,210 @@
+"""Every sentence a decision carries: its rationale, and why each search ended.
+
+The arithmetic that chooses between them is in :mod:`search.decision.verdicts` and
+:mod:`search.decision.stops`; the words are here, so the text reads as one voice and is edited
+in one place. Times are in microseconds, ratios as fractions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from search.decision.evidence import TierPlan, Trial, Verification
+from search.roofline import Roofline
+
+if TYPE_CHECKING:
+    from search.decision.stops import CutlassProgress, TierProgress
+
+# -- why a search ended ------------------------------------------------------------------------
+SPACE_EXHAUSTED = "space exhausted: every feasible configuration was tried"
+TIME_SPENT = "time budget spent"
+THRESHOLD_REACHED = "the library reached the threshold"
+
+
+def budget_spent(budget: int) -> str:
+    return f"budget of {budget} trials spent"
+
+
+def stalled(min_gain: float, since: int) -> str:
+    return f"stalled: no gain over {min_gain:.0%} in the last {since} trials"
+
+
+def not_promising(done: int, best: Trial | None, lib: Trial, promise_gap: float) -> str:
+    gap = "no correct kernel" if best is None else (
+        f"best {best.median_us:.1f} us is {best.median_us / lib.median_us - 1:.0%} "
+        f"behind the library's {lib.median_us:.1f} us")
+    return f"not promising: after {done} trials, {gap} (gap allowed {promise_gap:.0%})"
+
+
+def tier_skipped_gap(max_gain: float, before: float, promise_gap: float, lib_us: float) -> str:
+    return (f"skipped: even a {max_gain:.0%} gain on the best so far ({before:.1f} us) would "
+            f"leave it over {promise_gap:.0%} behind the library's {lib_us:.1f} us")
+
+
+def tier_skipped(tier: TierPlan) -> str:
+    return f"skipped: {tier.reason}"
+
+
+def cutlass_skipped(seeds: Trial, first: Trial, max_gain: float) -> str:
+    return (f"skipped: the first stage's best CUTLASS op ({seeds.median_us:.1f} us) is "
+            f"{seeds.median_us / first.median_us - 1:.0%} behind {first.backend}'s "
+            f"{first.median_us:.1f} us; even a {max_gain:.0%} gain would not make it faster")
+
+
+def cutlass_exhausted(compile_s: float, budget_s: float) -> str:
+    return ("nothing untried left within the compile budget "
+            f"({compile_s:.0f} of {budget_s:.0f} s compiled)")
+
+
+# -- the roofline and the library --------------------------------------------------------------
+def roofline(rf: Roofline | None) -> str:
+    if rf is None:
+        return "no roofline (no device calibration, or none with a peak for these inputs)"
+    peak = f" at {rf.peak_tflops:.0f} TFLOP/s" if rf.peak_tflops else ""
+    if rf.peak_tflops and rf.peak_low_tflops and rf.peak_low_tflops < rf.peak_tflops * 0.995:
+        peak += f" (lowest calibration pass {rf.peak_low_tflops:.0f})"
+    bw = f" at {rf.bandwidth_gbs:.0f} GB/s" if rf.bandwidth_gbs else ""
+    return (f"{rf.bound}-bound: the roofline allows {rf.attainable_us:.1f} us "
+            f"(compute {rf.compute_us:.1f} us{peak}, memory {rf.memory_us:.1f} us{bw})")
+
+
+def library_sufficient(rf: Roofline, lib: Trial, eff: float, threshold: float) -> str:
+    """Verdict 1: at or above the threshold, or within the calibration's noise of it."""
+    if eff >= threshold:
+        return (f"{roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us, "
+                f"{eff:.0%} of the attainable, at or above the {threshold:.0%} threshold: "
+                "the library is sufficient and no custom kernel was tried.")
+    high = rf.efficiency_at_low_peak(lib.median_us) or eff
+    return (f"{roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us, "
+            f"{eff:.1%} of the attainable, and {high:.1%} at the lowest peak a calibration "
+            f"pass measured ({rf.peak_low_tflops:.0f} TFLOP/s): the {threshold:.0%} "
+            "threshold lies within the calibration's own noise, a tie, which goes to the "
+            "library: it is sufficient and no custom kernel was tried.")
+
+
+def seeds_held(held: int, first_cutlass_seeds: int) -> str:
+    seeds = f"{held} other CUTLASS seeds were" if held > 1 else "other CUTLASS seed was"
+    return (f"The {seeds} not measured: the library reached the threshold without "
+            f"{'them' if held > 1 else 'it'} (policy first_cutlass_seeds="
+            f"{first_cutlass_seeds}).")
+
+
+def no_custom(custom_allowed: bool, inapplicable: Sequence[TierPlan]) -> str:
+    """Why no custom kernel can be searched (a clause)."""
+    if not custom_allowed:
+        return "the job allows no custom backend"
+    tiers_of: dict[str, list[str]] = {}
+    for t in inapplicable:
+        tiers_of.setdefault(t.reason, []).append(t.name)
+    return "no custom tier applies (" + "; ".join(
+        f"{', '.join(names)}: {reason}" for reason, names in tiers_of.items()) + ")"
+
+
+def library_stands(rf: Roofline | None, lib: Trial | None, eff: float | None,
+                   why_no_custom: str) -> str:
+    if lib is None:
+        return f"no library candidate ran correctly and {why_no_custom}."
+    eff_text = f"{eff:.0%} of the attainable" if eff is not None else "efficiency unknown"
+    return (f"{roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us "
+            f"({eff_text}); {why_no_custom}, so the library stands.")
+
+
+# -- the library confirmation ------------------------------------------------------------------
+def confirmation_failed(other: Trial, v: Verification) -> str:
+    return (f"The interleaved confirmation of {other.backend} against cuBLAS "
+            f"failed ({v.status}: {v.error or 'no detail'}): cuBLAS is the library's pick.")
+
+
+def confirmation(other: Trial, rounds: int, other_us: float, other_range: float,
+                 cublas_us: float, cublas_range: float) -> str:
+    if other_us < cublas_us:
+        return (f"Interleaved over {rounds} rounds, {other.backend} took {other_us:.2f} us "
+                f"(range {other_range:.2f}) and cuBLAS {cublas_us:.2f} us (range "
+                f"{cublas_range:.2f}): {cublas_us / other_us:.3f}x, {other.backend} is the "
+                "library's pick.")
+    return (f"Interleaved over {rounds} rounds, cuBLAS took {cublas_us:.2f} us (range "
+            f"{cublas_range:.2f}) and {other.backend} {other_us:.2f} us (range "
+            f"{other_range:.2f}): cuBLAS is the library's pick.")
+
+
+# -- after a custom search ---------------------------------------------------------------------
+def why_searched(lib: Trial | None, eff: float | None, threshold: float, forced: bool) -> str:
+    if lib is None:
+        return "no library candidate ran correctly (or none was allowed)."
+    eff_text = f"{eff:.0%} of the attainable" if eff is not None else "no roofline"
+    if forced:
+        return (f"{lib.backend} takes {lib.median_us:.1f} us ({eff_text}); the custom "
+                "stage was forced by the job's policy.")
+    return (f"{lib.backend} takes {lib.median_us:.1f} us ({eff_text}, under the "
+            f"{threshold:.0%} threshold), so custom kernels were searched.")
+
+
+def tiers_ran(progress: Sequence[TierProgress]) -> str | None:
+    ran = ", ".join(f"{p.name}: {p.created} trials ({p.reason or 'open'})" for p in progress)
+    return f"Tiers - {ran}." if ran else None
+
+
+def no_custom_kernel(trials: int) -> str:
+    return f"No custom kernel ran correctly in {trials} trials."
+
+
+def only_custom(custom_us: float) -> str:
+    return f"The custom kernel ({custom_us:.1f} us) is the only correct one."
+
+
+def reference_faster(ref: Trial, ref_us: float, lib: Trial, lib_us: float) -> str:
+    return (f"Interleaved, {ref.backend} ({ref_us:.2f} us) was faster than the library's "
+            f"pick {lib.backend} ({lib_us:.2f} us): it is the library's side.")
+
+
+def reference_alongside(ref: Trial, ref_us: float, lib: Trial, lib_us: float) -> str:
+    return (f"{ref.backend} ran in the same rounds for reference: {ref_us:.2f} us against the "
+            f"library's pick {lib.backend} at {lib_us:.2f} us.")
+
+
+def verdict2(rounds: int, lib_us: float, custom_us: float, spread: float) -> str:
+    """Verdict 2 on interleaved rounds: custom wins beyond the spread, else the library."""
+    head = (f"Interleaved over {rounds} rounds the custom kernel took {custom_us:.2f} us vs "
+            f"the library's {lib_us:.2f} us")
+    if lib_us - custom_us > spread:
+        return (f"{head}: {lib_us / custom_us:.3f}x, a gap of {lib_us - custom_us:.2f} us over "
+                f"the measured spread of {spread:.2f} us.")
+    if custom_us < lib_us:
+        return (f"{head}, within the measured spread of {spread:.2f} us: a tie, which goes to "
+                "the library.")
+    return f"{head}: the library is faster."
+
+
+def verification_failed(v: Verification) -> str:
+    return (f"The verification failed ({v.status}: {v.error or 'no detail'}); "
+            "the library is kept.")
+
+
+def too_far_behind(custom_us: float, lib_us: float) -> str:
+    return (f"The best custom kernel took {custom_us:.1f} us vs the library's {lib_us:.1f} us "
+            f"({custom_us / lib_us:.2f}x slower); too far behind to be worth re-measuring.")
+
+
+def unverified(custom_us: float, lib_us: float, spread: float, custom_wins: bool) -> str:
+    """The search medians decide (the time budget left no verification)."""
+    if custom_wins:
+        return (f"Not re-measured (time budget spent); on the search medians the custom "
+                f"kernel took {custom_us:.1f} us vs {lib_us:.1f} us, beyond the p20-p80 "
+                f"spread of {spread:.2f} us.")
+    return (f"Not re-measured (time budget spent); the custom kernel's {custom_us:.1f} us vs "
+            f"{lib_us:.1f} us is within the spread of the measurements: a tie goes to the "
+            "library.")
+
+
+# -- the CUTLASS search, summarised -----------------------------------------------------------
+def cutlass_search(cut: CutlassProgress) -> str | None:
+    """The CUTLASS search's line in the rationale (None: it neither ran nor was skipped)."""
+    if cut.created:
+        best = f"best {cut.best_us:.1f} us" if cut.best_us is not None else "none ran correctly"
+        return (f"CUTLASS search (library side): {cut.created} trials, {best}, "
+                f"{cut.compile_s:.0f} of {cut.compile_budget_s:.0f} compile-s "
+                f"({cut.reason or 'open'}).")
+    if cut.reason.startswith("skipped"):
+        return f"CUTLASS search (library side): {cut.reason}."
+    return None
