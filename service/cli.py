@@ -76,8 +76,8 @@ def tune(
     """Tune one GEMM on this machine (embedded service, SQLite, local worker): calibrate the
     GPU once, measure the library, search custom kernels where they can pay, decide."""
     from search.types import GemmProblem, ProblemError, check_served
+    from service.local import run_tuning
     from service.settings import ServiceSettings
-    from workers.local import run_tuning
 
     settings = ServiceSettings(**({"database_url": database_url} if database_url else {}))
     problem = _problem(m, n, k, dtype, batch, layout_a, layout_b)

@@ -1,5 +1,9 @@
 """The embedded deployment: the service, a SQLite file and a local worker in one command.
 
+A composition root (with ``service.cli`` and ``service.embedded``): the only place besides the
+CLI that wires the service and a worker together, so ``workers`` reaches the service through
+``service.client`` alone.
+
 ``LocalCluster`` starts the service on a loopback port and a worker against it in a background
 thread (candidates still run in an isolated child process). ``run_tuning`` submits one job to it
 over HTTP and shows progress until the job ends; ``kernelsearch tune`` and the GEMM benchmark
