@@ -21,7 +21,7 @@ from typing import Any
 from service.client import KernelSearchClient
 from service.embedded import EmbeddedServer
 from service.settings import ServiceSettings
-from workers.device import detect_device
+from workers.device import cutlass_catalogue, detect_device
 from workers.isolation import IsolatedRunner
 from workers.loop import WorkerLoop
 
@@ -59,7 +59,8 @@ class LocalCluster:
                                     timeout_s=self.candidate_timeout_s)
             runner.__enter__()
             self._runner = runner
-            loop = WorkerLoop(self.client, runner, self.device, batch=self.batch, poll_s=0.2)
+            loop = WorkerLoop(self.client, runner, self.device, batch=self.batch, poll_s=0.2,
+                              cutlass_catalogue=cutlass_catalogue(self.device))
             loop.register()
         except BaseException:
             if runner is not None:  # its benchmark child is running: stop it too

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from search.spaces.cutlass_catalogue import Catalogue
 from search.types import GemmProblem, Status
 
 MAX_DIM = 2**31 - 1
@@ -376,9 +377,19 @@ class DeviceIn(BaseModel):
                                     max_length=8)
 
 
+def _catalogue(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is not None:
+        Catalogue.decode(value)  # ValueError naming what is malformed: a 422
+    return value
+
+
 class RegisterIn(_In):
+    """A worker's registration; one that offers CUTLASS declares the operations it can build
+    (``search.spaces.cutlass_catalogue.Catalogue.encode``), which the service searches over."""
+
     name: Name
     device: DeviceIn
+    cutlass_catalogue: Annotated[dict[str, Any] | None, AfterValidator(_catalogue)] = None
 
 
 class RegisterOut(BaseModel):

@@ -202,7 +202,7 @@ class FakeTuners:
         return [m for t in self.tiers.values() for m in t.recorded.values()]
 
     def __call__(self, url: str, problem: GemmProblem, gpu_model: str, limits: DeviceLimits,
-                 seed: int, tier: str | None = None) -> FakeTuner:
+                 seed: int, tier: str | None = None, **tier_args: Any) -> FakeTuner:
         key = (problem.key(), gpu_model, tier)
         if key not in self.tiers and tier == CUTLASS_TIER:
             self.tiers[key] = FakeTuner(list(self.cutlass_configs))
