@@ -46,8 +46,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from search.types import SERVED_DTYPES  # noqa: E402
+from service.local import LocalCluster  # noqa: E402
 from service.settings import ServiceSettings  # noqa: E402
-from workers.local import LocalCluster  # noqa: E402
 
 
 def run_job(cluster: LocalCluster, problem: dict[str, Any], trials: int,

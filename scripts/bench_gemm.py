@@ -34,9 +34,9 @@ from kernel_templates.reference import reference_matmul, rel_error, tolerance  #
 from kernel_templates.registry import make_callable  # noqa: E402
 from search.types import Candidate, GemmProblem  # noqa: E402
 from service.client import KernelSearchError  # noqa: E402
+from service.local import run_tuning  # noqa: E402
 from workers.bench import EventBench  # noqa: E402
 from workers.device import detect_device  # noqa: E402
-from workers.local import run_tuning  # noqa: E402
 
 
 def side_by_side(problem: GemmProblem, configs: dict[str, Candidate | None], rounds: int,
