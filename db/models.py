@@ -67,6 +67,20 @@ class WorkerRow(Base):
     last_seen: Mapped[datetime]
 
 
+class CatalogueRow(Base):
+    """What the workers of a GPU model declared they can build, per kind (``cutlass``: the
+    operation catalogue of ``search.spaces.cutlass_catalogue``); the latest declaration wins."""
+
+    __tablename__ = "worker_catalogues"
+
+    gpu_model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    body: Mapped[dict[str, Any]]
+    worker_id: Mapped[int | None] = mapped_column(IdType, ForeignKey("workers.id"))
+    updated_at: Mapped[datetime]
+
+
 class ProblemRow(Base):
     __tablename__ = "problems"
 

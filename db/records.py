@@ -10,6 +10,7 @@ from typing import Any
 from db.models import (
     CalibrationRow,
     CandidateRow,
+    CatalogueRow,
     DecisionRow,
     JobRow,
     LeaseRow,
@@ -56,6 +57,23 @@ class WorkerRecord:
     def of(cls, row: WorkerRow) -> WorkerRecord:
         return cls(row.id, row.name, row.gpu_model, dict(row.device), row.registered_at,
                    row.last_seen)
+
+
+@dataclass(frozen=True)
+class CatalogueRecord:
+    """A worker catalogue as stored (``db.catalogues``): ``body`` is the declared JSON."""
+
+    gpu_model: str
+    kind: str
+    digest: str
+    body: dict[str, Any] = field(hash=False)
+    worker_id: int | None
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, row: CatalogueRow) -> CatalogueRecord:
+        return cls(row.gpu_model, row.kind, row.digest, dict(row.body), row.worker_id,
+                   row.updated_at)
 
 
 @dataclass(frozen=True)

@@ -111,16 +111,13 @@ def cutlass_study_name(problem: GemmProblem, gpu_model: str, ops: Sequence[OpLik
 
 class CutlassTuner(StudyTuner):
     """Proposes CUTLASS configurations for one problem on one GPU model (see the module
-    docstring). ``ops``: the operations that serve the problem (default:
+    docstring). ``ops``: the operations that serve the problem (the declared catalogue
+    filtered by ``search.spaces.cutlass_catalogue.filter_ops``, or on a GPU host
     ``kernel_templates.cutlass.ops_for``); ``n_seeds``: how many ranked seeds a new study
     starts with."""
 
     def __init__(self, storage_url: str, problem: GemmProblem, gpu_model: str,
-                 ops: Sequence[OpLike] | None = None, seed: int = 0, n_seeds: int = 8) -> None:
-        if ops is None:
-            from kernel_templates.cutlass import ops_for
-
-            ops = ops_for(problem)
+                 ops: Sequence[OpLike], seed: int = 0, n_seeds: int = 8) -> None:
         self.problem = problem
         self.gpu_model = gpu_model
         self._ops = {op.name: op for op in _widest(ops)}

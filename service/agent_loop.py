@@ -41,7 +41,7 @@ from search.types import (
     Task,
     config_key,
 )
-from service.library import cutlass_configs
+from service.library import cutlass_configs, cutlass_ops, declared_catalogue
 from service.settings import ServiceSettings
 from service.tuning import TunerPool
 
@@ -137,8 +137,9 @@ class AgentLoop:
                 library_configs.append((CUBLAS, {"allow_tf32": True}))
         library_notes: list[str] = []
         if CUTLASS in backends:
-            seeds, note = cutlass_configs(problem, gpu or str(device.get("gpu_model", "")),
-                                          self.settings.cutlass_candidates)
+            model = gpu or str(device.get("gpu_model", ""))
+            seeds, note = cutlass_configs(problem, model, self.settings.cutlass_candidates,
+                                          declared_catalogue(self.db, model))
             library_configs += [(CUTLASS, dict(c)) for c in seeds]
             if note:
                 library_notes.append(note)
@@ -225,8 +226,15 @@ class AgentLoop:
                                                 config_key(config))
             return found.to_measurement() if found is not None else None
 
-        extra = {"budget": self._compile_budget(job, ev, action)} if cutlass else {}
-        with self.tuners.use(problem, gpu, limits, job.seed, action.tier) as tuner:
+        extra: dict[str, Any] = {}
+        tuner_args: dict[str, Any] = {}
+        if cutlass:
+            extra["budget"] = self._compile_budget(job, ev, action)
+            # the CUTLASS study searches what this GPU model's workers declared
+            ops, _ = cutlass_ops(problem, gpu, declared_catalogue(self.db, gpu))
+            tuner_args["ops"] = tuple(ops)
+        with self.tuners.use(problem, gpu, limits, job.seed, action.tier,
+                             **tuner_args) as tuner:
             proposals = tuner.propose(n, known, **extra)
             exhausted = bool(tuner.exhausted)
             with self.db.session() as s:

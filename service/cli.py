@@ -76,8 +76,8 @@ def tune(
     """Tune one GEMM on this machine (embedded service, SQLite, local worker): calibrate the
     GPU once, measure the library, search custom kernels where they can pay, decide."""
     from search.types import ProblemError, check_served, parse_problem
+    from service.local import run_tuning
     from service.settings import ServiceSettings
-    from workers.local import run_tuning
 
     settings = ServiceSettings(**({"database_url": database_url} if database_url else {}))
     problem = _problem(m, n, k, dtype, batch, layout_a, layout_b)
@@ -200,7 +200,7 @@ def worker_cmd(
 ) -> None:
     """Run a worker that leases candidates from the service over HTTP."""
     from service.client import KernelSearchClient
-    from workers.device import detect_device
+    from workers.device import cutlass_catalogue, detect_device
     from workers.isolation import IsolatedRunner
     from workers.loop import WorkerLoop
     from workers.settings import WorkerSettings
@@ -216,7 +216,8 @@ def worker_cmd(
     with IsolatedRunner(interpret=device.mode != "cuda",
                         timeout_s=s.candidate_timeout_s) as runner:
         loop = WorkerLoop(client, runner, device, name=s.worker_name,
-                          batch=batch or s.batch, poll_s=s.poll_s)
+                          batch=batch or s.batch, poll_s=s.poll_s,
+                          cutlass_catalogue=cutlass_catalogue(device))
         stop = threading.Event()
         if exit_with_parent:
             # uvicorn re-raises the signal that stopped it, so `serve` may die without running

@@ -132,9 +132,14 @@ class KernelSearchClient:
         return self._request("GET", f"/v1/problems/{int(problem_id)}/trials", params=params)
 
     # -- workers --------------------------------------------------------------------------------
-    def register_worker(self, name: str, device: dict[str, Any]) -> dict[str, Any]:
-        return self._request("POST", "/v1/workers/register",
-                             json={"name": name, "device": device})
+    def register_worker(self, name: str, device: dict[str, Any],
+                        cutlass_catalogue: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Register a worker; one that offers CUTLASS declares the operations it can build
+        (``search.spaces.cutlass_catalogue.Catalogue.encode``)."""
+        body: dict[str, Any] = {"name": name, "device": device}
+        if cutlass_catalogue is not None:
+            body["cutlass_catalogue"] = cutlass_catalogue
+        return self._request("POST", "/v1/workers/register", json=body)
 
     def lease(self, worker_id: int, max_candidates: int) -> dict[str, Any]:
         return self._request("POST", f"/v1/workers/{int(worker_id)}/lease",

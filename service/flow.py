@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from db import candidates as cands
-from db import decisions, jobs, measurements, workers
+from db import catalogues, decisions, jobs, measurements, workers
 from db.engine import Database
 from db.records import (
     CandidateRecord,
@@ -30,6 +30,7 @@ from db.records import (
     WorkerRecord,
 )
 from search.decision import Policy
+from search.spaces.cutlass_catalogue import Catalogue
 from search.types import (
     LIBRARY_BACKENDS,
     Backend,
@@ -44,6 +45,7 @@ from search.types import (
 )
 from service.agent_loop import AgentLoop, record_calibration, time_up
 from service.errors import Conflict, Gone, InvalidInput, NotFound
+from service.library import CUTLASS_CATALOGUE
 from service.settings import ServiceSettings
 from service.tuning import TunerPool
 
@@ -157,9 +159,18 @@ class Flow:
         return self.job_state(job_id)
 
     # -- workers --------------------------------------------------------------------------------
-    def register_worker(self, name: str, device: Device) -> WorkerRecord:
+    def register_worker(self, name: str, device: Device,
+                        cutlass_catalogue: Catalogue | None = None) -> WorkerRecord:
+        """Register (or re-register) a worker; a CUTLASS catalogue it declares becomes its GPU
+        model's (``service.library``)."""
+        now = self.clock()
         with self.db.session() as s:
-            return workers.register(s, name, device.gpu_model, device.to_dict(), self.clock())
+            worker = workers.register(s, name, device.gpu_model, device.to_dict(), now)
+            if cutlass_catalogue is not None:
+                catalogues.declare(s, device.gpu_model, CUTLASS_CATALOGUE,
+                                   cutlass_catalogue.digest, cutlass_catalogue.encode(),
+                                   worker.id, now)
+            return worker
 
     def lease(self, worker_id: int, max_candidates: int) -> LeaseGrant:
         worker = self._worker(worker_id)

@@ -1,14 +1,16 @@
-"""Library candidates beyond cuBLAS: which CUTLASS operations a job measures in its first stage.
+"""Library candidates beyond cuBLAS: which CUTLASS operations a job measures and searches.
 
-The service enumerates CUTLASS's SM90 GEMMs (``kernel_templates.cutlass.ops_for``: pure Python,
-no GPU, no nvcc) and ranks them for the job's GPU model (``search.spaces.cutlass_gemm.seeds``:
-nvMatmulHeuristics where installed, else an analytic model); the top few, at default knobs,
-become library candidates. Workers compile them (nvcc) and measure them like cuBLAS.
+The service never enumerates CUTLASS (that needs ``cutlass_library``, a GPU host's extra): a
+worker that offers CUTLASS declares its operation catalogue when it registers
+(``search.spaces.cutlass_catalogue``), stored per GPU model (``db.catalogues``). For a job bound
+to a GPU model the service filters that catalogue to the operations that serve the problem
+(``cutlass_ops``) and ranks them (``search.spaces.cutlass_gemm.seeds``: nvMatmulHeuristics
+where installed, else an analytic model); the top few, at default knobs, become library
+candidates (``cutlass_configs``), and the CUTLASS search runs over the same operations.
 
-The ``cutlass`` extra may be missing on the service host: CUTLASS is then skipped with a
-reason, never an error. Enumeration takes seconds, so the answer is cached per problem, GPU
-model and count in this process (``evidence`` asks on every lease and report, and the answer
-must be the same each time).
+No declared catalogue, or a problem CUTLASS cannot serve, skips CUTLASS with a reason, never
+an error. Ranking is not free and ``evidence`` asks on every lease and report, so answers are
+cached per problem, GPU model, count and catalogue digest in this process.
 """
 
 from __future__ import annotations
@@ -18,32 +20,73 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from db import catalogues
+from db.engine import Database
+from search.spaces import cutlass_gemm
+from search.spaces.cutlass_catalogue import Catalogue, OpSpec, filter_ops
 from search.types import GemmProblem
 
-__all__ = ["clear_cache", "cutlass_configs"]
+__all__ = ["CUTLASS_CATALOGUE", "clear_cache", "cutlass_configs", "cutlass_ops",
+           "declared_catalogue"]
 
 log = logging.getLogger("kernelsearch.agent")
 
+#: ``db.catalogues`` kind of the CUTLASS operation catalogue
+CUTLASS_CATALOGUE = "cutlass"
+
 _CACHE_SIZE = 256
-_cache: OrderedDict[tuple[str, str, int], tuple[tuple[dict[str, Any], ...], str | None]] = (
-    OrderedDict())
+_Answer = tuple[tuple[dict[str, Any], ...], str | None]
+_cache: OrderedDict[tuple[str, str, int, str], _Answer] = OrderedDict()
+_catalogues: dict[tuple[str, str], Catalogue] = {}
 _lock = threading.Lock()
 
 
-def cutlass_configs(problem: GemmProblem, gpu_model: str | None, n: int
-                    ) -> tuple[tuple[dict[str, Any], ...], str | None]:
+def declared_catalogue(db: Database, gpu_model: str) -> Catalogue | None:
+    """The CUTLASS catalogue the workers of ``gpu_model`` declared (``None``: none did). Only
+    the digest is read each time; the body is decoded once per digest."""
+    with db.read_session() as s:
+        digest = catalogues.digest(s, gpu_model, CUTLASS_CATALOGUE)
+    if digest is None:
+        return None
+    with _lock:
+        hit = _catalogues.get((gpu_model, digest))
+    if hit is not None:
+        return hit
+    with db.read_session() as s:
+        record = catalogues.get(s, gpu_model, CUTLASS_CATALOGUE)
+    if record is None:
+        return None
+    catalogue = Catalogue.decode(record.body)
+    with _lock:
+        _catalogues[(gpu_model, record.digest)] = catalogue
+    return catalogue
+
+
+def cutlass_ops(problem: GemmProblem, gpu_model: str, catalogue: Catalogue | None
+                ) -> tuple[list[OpSpec], str | None]:
+    """The declared operations that serve ``problem`` and, when there are none, why (a
+    sentence for the decision's rationale)."""
+    if catalogue is None:
+        return [], (f"CUTLASS skipped: no worker of {gpu_model or 'this GPU model'} declared a "
+                    "CUTLASS operation catalogue (the worker needs the cutlass extra).")
+    ops, why = filter_ops(problem, catalogue.ops)
+    return ops, (f"CUTLASS skipped: {why}." if why else None)
+
+
+def cutlass_configs(problem: GemmProblem, gpu_model: str | None, n: int,
+                    catalogue: Catalogue | None) -> _Answer:
     """The ``n`` best-ranked CUTLASS configs for ``problem`` on ``gpu_model`` (default knobs)
-    and, when there are none, why (a sentence for the decision's rationale)."""
+    among the declared ``catalogue`` and, when there are none, why."""
     if n <= 0:
         return (), ("CUTLASS skipped: the service measures no CUTLASS candidates "
                     "(KS_CUTLASS_CANDIDATES=0).")
-    key = (problem.key(), gpu_model or "", n)
+    key = (problem.key(), gpu_model or "", n, catalogue.digest if catalogue else "")
     with _lock:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
             return hit
-    answer = _compute(problem, gpu_model, n)
+    answer = _compute(problem, gpu_model or "", n, catalogue)
     with _lock:
         _cache[key] = answer
         while len(_cache) > _CACHE_SIZE:
@@ -52,25 +95,22 @@ def cutlass_configs(problem: GemmProblem, gpu_model: str | None, n: int
 
 
 def clear_cache() -> None:
-    """Forget every cached answer (tests; a service picks up a new CUTLASS on restart)."""
+    """Forget every cached answer (tests)."""
     with _lock:
         _cache.clear()
+        _catalogues.clear()
 
 
-def _compute(problem: GemmProblem, gpu_model: str | None, n: int
-             ) -> tuple[tuple[dict[str, Any], ...], str | None]:
+def _compute(problem: GemmProblem, gpu_model: str, n: int, catalogue: Catalogue | None
+             ) -> _Answer:
+    ops, why = cutlass_ops(problem, gpu_model, catalogue)
+    if why:
+        return (), why
     try:
-        from kernel_templates import cutlass as kc
-        from search.spaces import cutlass_gemm
-
-        why = kc.why_unsupported(problem)
-        if why:
-            return (), f"CUTLASS skipped: {why}."
-        ops = kc.ops_for(problem)
         seeds = cutlass_gemm.seeds(problem, ops, n, gpu=cutlass_gemm.heuristics_gpu(gpu_model))
-    except Exception as exc:  # noqa: BLE001 - a broken extra must not take the service down
+    except Exception as exc:  # noqa: BLE001 - a broken ranking model must not take the service down
         log.warning("CUTLASS candidates for %s unavailable: %r", problem.key(), exc)
-        return (), f"CUTLASS skipped: enumerating its kernels failed on the service ({exc})."
+        return (), f"CUTLASS skipped: ranking its kernels failed on the service ({exc})."
     if not seeds:
         return (), (f"CUTLASS skipped: none of its {len(ops)} kernels for this problem has a "
                     "feasible default configuration.")

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from search.decision.policy import Policy, bounds_of
+from search.spaces.cutlass_catalogue import Catalogue
 from search.types import GemmProblem, Status, parse_problem
 
 MAX_DIM = 2**31 - 1
@@ -375,9 +376,19 @@ class DeviceIn(BaseModel):
                                     max_length=8)
 
 
+def _catalogue(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is not None:
+        Catalogue.decode(value)  # ValueError naming what is malformed: a 422
+    return value
+
+
 class RegisterIn(_In):
+    """A worker's registration; one that offers CUTLASS declares the operations it can build
+    (``search.spaces.cutlass_catalogue.Catalogue.encode``), which the service searches over."""
+
     name: Name
     device: DeviceIn
+    cutlass_catalogue: Annotated[dict[str, Any] | None, AfterValidator(_catalogue)] = None
 
 
 class RegisterOut(BaseModel):

@@ -10,7 +10,7 @@ rebuilt at any time (after a restart, in another API replica) and carry on.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -39,20 +39,22 @@ class Tuner(Protocol):
         """Forget a proposal that will never be measured (cancelled, out of time)."""
 
 
-#: ``(storage_url, problem, gpu_model, limits, seed, tier) -> Tuner``
-TunerFactory = Callable[[str, GemmProblem, str, DeviceLimits, int, str | None], Tuner]
+#: ``(storage_url, problem, gpu_model, limits, seed, tier, **tier_args) -> Tuner``; the
+#: CUTLASS search passes ``ops``, the declared operations that serve the problem.
+TunerFactory = Callable[..., Tuner]
 
 
 def optuna_tuner(storage_url: str, problem: GemmProblem, gpu_model: str, limits: DeviceLimits,
-                 seed: int, tier: str | None = None) -> Tuner:
+                 seed: int, tier: str | None = None, *, ops: Sequence[Any] = ()) -> Tuner:
     """The real tuner: an Optuna study (per search tier) in the service's own database; the
-    CUTLASS search (``search.decision.CUTLASS_TIER``) has a study over CUTLASS's space."""
+    CUTLASS search (``search.decision.CUTLASS_TIER``) has a study over ``ops`` (the operations
+    the GPU model's workers declared that serve the problem, ``service.library.cutlass_ops``)."""
     from search.decision import CUTLASS_TIER
 
     if tier == CUTLASS_TIER:
         from search.cutlass_tuner import CutlassTuner
 
-        return CutlassTuner(storage_url, problem, gpu_model, seed=seed)
+        return CutlassTuner(storage_url, problem, gpu_model, ops, seed=seed)
     from search.optimizer import GemmTuner
 
     return GemmTuner(storage_url, problem, gpu_model, limits, seed=seed, tier=tier)
@@ -70,16 +72,17 @@ class TunerPool:
 
     @contextmanager
     def use(self, problem: GemmProblem, gpu_model: str, limits: DeviceLimits,
-            seed: int, tier: str | None = None) -> Iterator[Tuner]:
+            seed: int, tier: str | None = None, **tier_args: Any) -> Iterator[Tuner]:
         """The tuner of ``problem`` on ``gpu_model`` (in ``tier``), held exclusively inside
-        the block."""
+        the block; ``tier_args`` go to the factory when it builds the tuner."""
         key = (problem.key(), gpu_model, tier or "")
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
             tuner = self._tuners.get(key)
             if tuner is None:
-                tuner = self._factory(self.storage_url, problem, gpu_model, limits, seed, tier)
+                tuner = self._factory(self.storage_url, problem, gpu_model, limits, seed, tier,
+                                      **tier_args)
                 self._tuners[key] = tuner
             yield tuner
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from search.types import INTERPRETER_GPU, Backend, Device
 
-__all__ = ["cutlass_unavailable", "detect_device", "environment", "nvidia_smi"]
+__all__ = ["cutlass_catalogue", "cutlass_unavailable", "detect_device", "environment",
+           "nvidia_smi"]
 
 log = logging.getLogger("kernelsearch.worker")
 
@@ -60,6 +61,17 @@ def cutlass_unavailable(cc: str) -> str | None:
     except kc.CompileError as exc:
         return str(exc).splitlines()[0]
     return None
+
+
+def cutlass_catalogue(device: Device) -> dict[str, Any] | None:
+    """What this worker declares to the service when it registers: the CUTLASS operations it
+    can build (``Catalogue.encode``), or ``None`` when it does not offer CUTLASS. The service
+    searches over them and never enumerates CUTLASS itself."""
+    if Backend.CUTLASS.value not in device.backends:
+        return None
+    from kernel_templates import cutlass as kc
+
+    return kc.catalogue().encode()
 
 
 def detect_device(interpret: bool | None = None) -> Device:

@@ -40,8 +40,11 @@ class WorkerLoop:
 
     def __init__(self, client: KernelSearchClient, runner: Runner, device: Device, *,
                  name: str | None = None, batch: int = 8, poll_s: float = 1.0,
-                 on_result: Callable[[Candidate, Measurement], None] | None = None) -> None:
+                 on_result: Callable[[Candidate, Measurement], None] | None = None,
+                 cutlass_catalogue: dict[str, Any] | None = None) -> None:
         self.client = client
+        #: declared at registration (``workers.device.cutlass_catalogue``)
+        self.cutlass_catalogue = cutlass_catalogue
         self.runner = runner
         self.device = device
         self.name = name or socket.gethostname()
@@ -53,7 +56,8 @@ class WorkerLoop:
         self._unsent: list[tuple[str, dict[str, Any]]] = []
 
     def register(self) -> int:
-        reply = self.client.register_worker(self.name, self.device.to_dict())
+        reply = self.client.register_worker(self.name, self.device.to_dict(),
+                                            self.cutlass_catalogue)
         self.worker_id = int(reply["worker_id"])
         log.info("registered as worker %s for %s", self.worker_id, reply.get("gpu_model"))
         return self.worker_id

@@ -31,6 +31,7 @@ from kernel_templates.cutlass.compile import (
 from kernel_templates.cutlass.compile import build as _build
 from kernel_templates.cutlass.enumerate import (
     CutlassOp,
+    catalogue,
     cutlass_available,
     op_by_name,
     ops_for,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from kernel_templates.cutlass.runtime import CutlassKernel
 
 __all__ = ["Artifact", "BuildResult", "CompileError", "CutlassCache", "CutlassOp", "Toolchain",
-           "build", "cache_key", "cutlass_available", "load", "op_by_name", "ops_for",
+           "build", "cache_key", "catalogue", "cutlass_available", "load", "op_by_name", "ops_for",
            "toolchain", "why_unsupported"]
 
 

@@ -32,14 +32,14 @@ from __future__ import annotations
 import copy
 import functools
 import types
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from search.spaces.cutlass_catalogue import SERVED_INPUTS, Catalogue, OpSpec, filter_ops
 from search.types import GemmProblem
 
-__all__ = ["ARCH", "CUDA_VERSION", "CutlassOp", "cutlass_available", "op_by_name", "ops_for",
-           "raw_operations", "why_unsupported"]
+__all__ = ["ARCH", "CUDA_VERSION", "SERVED_INPUTS", "CutlassOp", "catalogue", "cutlass_available",
+           "op_by_name", "ops_for", "raw_operations", "why_unsupported"]
 
 ARCH = 90
 CUDA_VERSION = "13.0.0"
@@ -49,9 +49,6 @@ INSTANTIATION_LEVEL = "0"
 #: Problem dtype -> cutlass_library ``DataType`` member name.
 _CUTLASS_DTYPE = {"bf16": "bf16", "fp16": "f16", "fp32": "f32", "fp8_e4m3": "e4m3"}
 _PROBLEM_DTYPE = {v: k for k, v in _CUTLASS_DTYPE.items()}
-#: Input dtypes CUTLASS serves here. fp32 inputs would run as tf32 on tensor cores, and this
-#: service serves fp32 in full fp32 (docs/architecture.md, "What is served").
-SERVED_INPUTS = ("bf16", "fp16", "fp8_e4m3")
 
 
 def cutlass_available() -> str | None:
@@ -240,48 +237,6 @@ def _by_name(arch: int, cuda_version: str, level: str) -> dict[str, CutlassOp]:
 
 
 # -- filtering ------------------------------------------------------------------------------------
-def _contiguous_extents(problem: GemmProblem) -> tuple[int, int, int]:
-    """Length of the contiguous dimension of A, B and D (what each alignment must divide)."""
-    a = problem.k if problem.layout_a == "row" else problem.m
-    b = problem.n if problem.layout_b == "row" else problem.k
-    return a, b, problem.n
-
-
-def _aligned(op: CutlassOp, problem: GemmProblem) -> bool:
-    a, b, d = _contiguous_extents(problem)
-    return (a % op.alignment_a == 0 and b % op.alignment_b == 0 and d % op.alignment_d == 0
-            and (op.dtype_c is None or d % op.alignment_c == 0))
-
-
-def _filter(problem: GemmProblem, ops: Iterable[CutlassOp]) -> tuple[list[CutlassOp], str | None]:
-    """The operations that serve ``problem`` and, when none does, the reason (the first filter
-    that left nothing)."""
-    if problem.dtype not in SERVED_INPUTS:
-        why = ("CUTLASS SM90 tensor cores run fp32 inputs as tf32; fp32 is served in full fp32"
-               if problem.dtype == "fp32" else f"dtype {problem.dtype} has no CUTLASS kernels")
-        return [], why
-    ops = [o for o in ops if o.dtype_a == problem.dtype and o.dtype_b == problem.dtype]
-    if not ops:
-        return [], f"no SM{ARCH} CUTLASS kernels for {problem.dtype} inputs"
-    ops = [o for o in ops if o.dtype_d == problem.out_dtype]
-    if not ops:
-        return [], f"no SM{ARCH} CUTLASS kernels for {problem.dtype} -> {problem.out_dtype}"
-    ops = [o for o in ops if (o.layout_a, o.layout_b) == (problem.layout_a, problem.layout_b)]
-    if not ops:
-        hint = (" (fp8 WGMMA reads both operands K-major: A row-major, B column-major)"
-                if problem.dtype == "fp8_e4m3" else "")
-        return [], (f"no SM{ARCH} CUTLASS {problem.dtype} kernels for A {problem.layout_a}-major,"
-                    f" B {problem.layout_b}-major{hint}")
-    fitting = [o for o in ops if _aligned(o, problem)]
-    if not fitting:
-        a, b, d = _contiguous_extents(problem)
-        best = min(ops, key=lambda o: (o.alignment_a, o.alignment_b, o.alignment_d))
-        return [], (f"alignment: the contiguous extents (A {a}, B {b}, D {d} elements) are not "
-                    f"multiples of the smallest CUTLASS alignments (A {best.alignment_a}, "
-                    f"B {best.alignment_b}, D {best.alignment_d})")
-    return fitting, None
-
-
 def why_unsupported(problem: GemmProblem, arch: int = ARCH) -> str | None:
     """Why CUTLASS cannot serve ``problem`` on ``arch`` (``None``: it can). Never raises for a
     valid problem: an unserved problem is an answer, not an error."""
@@ -290,7 +245,7 @@ def why_unsupported(problem: GemmProblem, arch: int = ARCH) -> str | None:
         return missing
     if arch != ARCH:
         return f"CUTLASS kernels are enumerated for SM{ARCH} only, not SM{arch}"
-    return _filter(problem, _all_ops(arch, CUDA_VERSION, INSTANTIATION_LEVEL))[1]
+    return filter_ops(problem, _all_ops(arch, CUDA_VERSION, INSTANTIATION_LEVEL))[1]
 
 
 def ops_for(problem: GemmProblem, arch: int = ARCH, level: str = INSTANTIATION_LEVEL
@@ -299,4 +254,16 @@ def ops_for(problem: GemmProblem, arch: int = ARCH, level: str = INSTANTIATION_L
     generator's order; empty when ``why_unsupported`` has a reason."""
     if cutlass_available() or arch != ARCH:
         return []
-    return _filter(problem, _all_ops(arch, CUDA_VERSION, level))[0]
+    return filter_ops(problem, _all_ops(arch, CUDA_VERSION, level))[0]
+
+
+def catalogue(level: str = INSTANTIATION_LEVEL) -> Catalogue:
+    """Every operation this host can build for the served input dtypes, as data: what a worker
+    declares to the service (``search.spaces.cutlass_catalogue``)."""
+    from importlib.metadata import version
+
+    ops = tuple(OpSpec.of(o) for o in _all_ops(ARCH, CUDA_VERSION, level)
+                if o.dtype_a in SERVED_INPUTS)
+    source = (f"nvidia-cutlass {version('nvidia-cutlass')} sm{ARCH} cuda {CUDA_VERSION} "
+              f"level {level}")
+    return Catalogue(ops, source)

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from search.types import SERVED_DTYPES
+from service.local import LocalCluster
 from service.settings import ServiceSettings
-from workers.local import LocalCluster
 
 
 def run_job(cluster: LocalCluster, problem: dict[str, Any], trials: int,

@@ -116,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import triton
 
+    from service.local import run_tuning
     from workers.device import detect_device
-    from workers.local import run_tuning
 
     args.out.mkdir(parents=True, exist_ok=True)
     shapes = json.loads(args.shapes.read_text())["shapes"]

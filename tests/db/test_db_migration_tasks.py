@@ -79,7 +79,7 @@ def _columns(url: str, table: str, *cols: str) -> list[tuple[Any, ...]]:
 def test_tasks_move_out_of_backend_and_back(database_url: str) -> None:
     upgrade(database_url, "0004")
     _seed_0004(database_url)
-    upgrade(database_url)
+    upgrade(database_url, "0005")
     assert current(database_url) == "0005"
     moved = [(1, None, "calibrate"), (2, "cublas", None), (3, "triton", None),
              (4, None, "verify")]

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from search.types import INTERPRETER_GPU
+from service.local import run_tuning
 from service.settings import ServiceSettings
-from workers.local import run_tuning
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from search.types import INTERPRETER_GPU
+from service.local import run_tuning
 from service.settings import ServiceSettings
-from workers.local import run_tuning
 
 pytestmark = pytest.mark.slow
 

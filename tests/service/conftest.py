@@ -49,6 +49,16 @@ def fake_failure(status: str = "compile_error") -> dict[str, Any]:
     return {"status": status, "error": f"fake {status}", "env": {"fake": True}}
 
 
+@pytest.fixture(scope="session")
+def cutlass_catalogue() -> dict[str, Any]:
+    """The operation catalogue a CUTLASS worker declares when it registers, enumerated here the
+    way a GPU host does (``kernel_templates.cutlass.catalogue``: needs ``cutlass_library``)."""
+    pytest.importorskip("cutlass_library")
+    from kernel_templates import cutlass as kc
+
+    return kc.catalogue().encode()
+
+
 @dataclass
 class Driver:
     """Submits jobs, registers workers, leases and reports through the HTTP API."""
@@ -80,8 +90,13 @@ class Driver:
         assert r.status_code == 200, r.text
         return r.json()
 
-    def register(self, name: str = "w1", **dev: Any) -> int:
-        r = self.http.post("/v1/workers/register", json={"name": name, "device": device(**dev)})
+    def register(self, name: str = "w1", cutlass_catalogue: dict[str, Any] | None = None,
+                 **dev: Any) -> int:
+        """Register a worker; one that offers CUTLASS declares ``cutlass_catalogue``."""
+        body: dict[str, Any] = {"name": name, "device": device(**dev)}
+        if cutlass_catalogue is not None:
+            body["cutlass_catalogue"] = cutlass_catalogue
+        r = self.http.post("/v1/workers/register", json=body)
         assert r.status_code == 200, r.text
         return int(r.json()["worker_id"])
 

@@ -12,8 +12,6 @@ from fastapi.testclient import TestClient
 
 from service import library
 
-pytest.importorskip("cutlass_library")
-
 AGENT = {"threshold": 0.9}
 ATTAINABLE_US = (2 * 512 * 512 * 2 + 512 * 512 * 2) / 3000e9 * 1e6  # see test_decisions.py
 WITH_CUTLASS = ["cublas", "cutlass", "triton"]
@@ -32,9 +30,10 @@ def _answer(driver: Any, worker: int, grant: dict[str, Any], times: dict[str, fl
 
 
 def test_a_cutlass_worker_measures_cutlass_library_candidates_first(
-        client: TestClient, driver: Any, fake_tuners: Any) -> None:
+        client: TestClient, driver: Any, fake_tuners: Any,
+        cutlass_catalogue: dict[str, Any]) -> None:
     job = driver.submit({"max_trials": 8}, policy=AGENT)
-    w = driver.register(backends=WITH_CUTLASS)
+    w = driver.register(backends=WITH_CUTLASS, cutlass_catalogue=cutlass_catalogue)
     grant = driver.lease(w, n=16)
     # the library stage: cuBLAS and every CUTLASS seed at once, no Triton
     first = grant["candidates"]
@@ -83,10 +82,10 @@ def test_a_cutlass_worker_measures_cutlass_library_candidates_first(
 
 
 def test_a_sufficient_first_wave_ends_the_job_without_the_other_seeds(
-        client: TestClient, driver: Any) -> None:
+        client: TestClient, driver: Any, cutlass_catalogue: dict[str, Any]) -> None:
     """Without tune_library: verdict 1 on cuBLAS and the best-ranked seed."""
     job = driver.submit({"max_trials": 8}, policy={**AGENT, "tune_library": False})
-    w = driver.register(backends=WITH_CUTLASS)
+    w = driver.register(backends=WITH_CUTLASS, cutlass_catalogue=cutlass_catalogue)
     grant = driver.lease(w, n=16)
     assert sorted(c["backend"] for c in grant["candidates"]) == ["cublas", "cutlass"]
     _answer(driver, w, grant, {"cublas": ATTAINABLE_US / 0.95, "cutlass": ATTAINABLE_US / 0.9})
@@ -119,10 +118,10 @@ def test_a_worker_without_cutlass_never_gets_cutlass_candidates(
 
 
 def test_a_problem_cutlass_cannot_serve_is_skipped_with_the_reason(
-        client: TestClient, driver: Any) -> None:
+        client: TestClient, driver: Any, cutlass_catalogue: dict[str, Any]) -> None:
     fp32 = {"kind": "gemm", "m": 512, "n": 512, "k": 512, "dtype": "fp32"}
     job = driver.submit({"max_trials": 8}, problem=fp32, policy=AGENT)
-    w = driver.register(backends=WITH_CUTLASS)
+    w = driver.register(backends=WITH_CUTLASS, cutlass_catalogue=cutlass_catalogue)
     grant = driver.lease(w, n=16)
     assert [c["backend"] for c in grant["candidates"]] == ["cublas"]
     # cuBLAS near the fp32 roofline (50 TFLOP/s FAKE peak): sufficient, and the rationale
@@ -135,16 +134,23 @@ def test_a_problem_cutlass_cannot_serve_is_skipped_with_the_reason(
     assert d["notes"] and "tf32" in d["notes"][0]
 
 
-def test_a_service_without_the_cutlass_extra_skips_it(
-        client: TestClient, driver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kernel_templates.cutlass.enumerate as en
-
-    missing = "cutlass_library is not installed; pip install 'kernelsearch[cutlass]'"
-    monkeypatch.setattr(en, "cutlass_available", lambda: missing)
+def test_a_cutlass_worker_without_a_catalogue_gets_no_cutlass_candidates(
+        client: TestClient, driver: Any) -> None:
+    """The service never enumerates CUTLASS itself: without a declared catalogue for the GPU
+    model there is nothing to measure, and the decision says why."""
     job = driver.submit({"max_trials": 8}, policy=AGENT)
-    w = driver.register(backends=WITH_CUTLASS)
+    w = driver.register(backends=WITH_CUTLASS)  # offers CUTLASS, declares no operations
     grant = driver.lease(w, n=16)
     assert [c["backend"] for c in grant["candidates"]] == ["cublas"]
     _answer(driver, w, grant, {"cublas": ATTAINABLE_US / 0.95})
     d = driver.job(job["id"])["decision"]
-    assert "cutlass_library is not installed" in d["rationale"]
+    assert "declared a CUTLASS operation catalogue" in d["rationale"]
+
+
+def test_a_malformed_catalogue_is_refused_at_registration(client: TestClient,
+                                                          driver: Any) -> None:
+    r = client.post("/v1/workers/register", json={
+        "name": "w", "device": driver.device(backends=WITH_CUTLASS),
+        "cutlass_catalogue": {"families": [{"family": ["bf16"], "ops": []}]}})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"] == ["body", "cutlass_catalogue"]

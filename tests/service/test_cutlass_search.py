@@ -6,6 +6,7 @@ artifact cache makes a new operation cost 60 compile-seconds and a built one not
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -19,8 +20,6 @@ from service.settings import ServiceSettings
 from service.tuning import optuna_tuner
 from tests.service.conftest import seed_calibrations
 
-pytest.importorskip("cutlass_library")
-
 ATTAINABLE_US = (2 * 512 * 512 * 2 + 512 * 512 * 2) / 3000e9 * 1e6  # see test_decisions.py
 WITH_CUTLASS = ["cublas", "cutlass", "triton"]
 FAKE_COMPILE_S = 60.0
@@ -33,9 +32,9 @@ def client(make_app: Callable[..., FastAPI], settings: ServiceSettings,
     library.clear_cache()
 
     def factory(url: str, problem: Any, gpu: str, limits: Any, seed: int,
-                tier: str | None = None) -> Any:
+                tier: str | None = None, **tier_args: Any) -> Any:
         if tier == CUTLASS_TIER:
-            return optuna_tuner(url, problem, gpu, limits, seed, tier)
+            return optuna_tuner(url, problem, gpu, limits, seed, tier, **tier_args)
         return fake_tuners(url, problem, gpu, limits, seed, tier)
 
     app = make_app(settings, tuner_factory=factory)
@@ -44,11 +43,20 @@ def client(make_app: Callable[..., FastAPI], settings: ServiceSettings,
         yield c
 
 
+@pytest.mark.parametrize("service_has_cutlass", [True, False])
 def test_the_cutlass_search_runs_within_its_budgets_before_triton(
-        client: TestClient, driver: Any) -> None:
+        client: TestClient, driver: Any, cutlass_catalogue: dict[str, Any],
+        service_has_cutlass: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seeds and search come from the worker's declared catalogue, so they are the same when
+    the service cannot import ``cutlass_library`` or the kernel templates at all."""
+    if not service_has_cutlass:
+        for name in ("cutlass_library", "kernel_templates"):
+            monkeypatch.setitem(sys.modules, name, None)  # importing it raises ImportError
+        with pytest.raises(ImportError):
+            import kernel_templates.cutlass  # noqa: F401
     policy = {"threshold": 0.9, "cutlass_trials": 6, "cutlass_compile_s": 2 * FAKE_COMPILE_S}
     job = driver.submit({"max_trials": 4}, policy=policy)
-    w = driver.register(backends=WITH_CUTLASS)
+    w = driver.register(backends=WITH_CUTLASS, cutlass_catalogue=cutlass_catalogue)
     built: set[str] = set()  # the FAKE worker's artifact cache
     rounds: list[list[dict[str, Any]]] = []
     fast: dict[str, Any] = {}

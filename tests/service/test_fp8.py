@@ -84,10 +84,11 @@ def _answer_all(driver: Any, worker: int, times: dict[str, float],
 
 @pytest.mark.parametrize("policy", [{"threshold": 0.9}, {"force_custom": True}])
 def test_fp8_is_decided_by_the_library_kernels_with_the_reason(
-        client: TestClient, driver: Any, policy: dict[str, Any]) -> None:
-    pytest.importorskip("cutlass_library")
+        client: TestClient, driver: Any, policy: dict[str, Any],
+        cutlass_catalogue: dict[str, Any]) -> None:
     job = driver.submit({"max_trials": 8}, problem=FP8, policy=policy)
-    w = driver.register(backends=["cublas", "cutlass", "triton"])
+    w = driver.register(backends=["cublas", "cutlass", "triton"],
+                        cutlass_catalogue=cutlass_catalogue)
     # cuBLAS at half the roofline: a bf16 problem would go on to a custom search
     times = {"cublas": 2 * ATTAINABLE_US, "cutlass": 1.5 * ATTAINABLE_US}
     # The seeded calibration predates the fp8 peak, so it is measured again for this job.

@@ -74,3 +74,17 @@ def test_an_unreachable_service_does_not_kill_the_loop() -> None:
     stop.set()
     t.join(timeout=5)
     assert not t.is_alive()
+
+
+def test_a_cutlass_worker_declares_its_catalogue_when_it_registers() -> None:
+    class Recorder:
+        def register_worker(self, name: str, device: dict, catalogue: dict | None = None
+                            ) -> dict:
+            self.sent = (device["backends"], catalogue)
+            return {"worker_id": 1, "gpu_model": device["gpu_model"]}
+
+    client = Recorder()
+    catalogue = {"source": "fake", "families": []}
+    device = Device(gpu_model="H100", mode="cuda", backends=("cublas", "cutlass"))
+    WorkerLoop(client, ReplayRunner(), device, cutlass_catalogue=catalogue).register()
+    assert client.sent == (["cublas", "cutlass"], catalogue)

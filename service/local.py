@@ -1,5 +1,9 @@
 """The embedded deployment: the service, a SQLite file and a local worker in one command.
 
+A composition root (with ``service.cli`` and ``service.embedded``): the only place besides the
+CLI that wires the service and a worker together, so ``workers`` reaches the service through
+``service.client`` alone.
+
 ``LocalCluster`` starts the service on a loopback port and a worker against it in a background
 thread (candidates still run in an isolated child process). ``run_tuning`` submits one job to it
 over HTTP and shows progress until the job ends; ``kernelsearch tune`` and the GEMM benchmark
@@ -17,7 +21,7 @@ from typing import Any
 from service.client import KernelSearchClient
 from service.embedded import EmbeddedServer
 from service.settings import ServiceSettings
-from workers.device import detect_device
+from workers.device import cutlass_catalogue, detect_device
 from workers.isolation import IsolatedRunner
 from workers.loop import WorkerLoop
 
@@ -55,7 +59,8 @@ class LocalCluster:
                                     timeout_s=self.candidate_timeout_s)
             runner.__enter__()
             self._runner = runner
-            loop = WorkerLoop(self.client, runner, self.device, batch=self.batch, poll_s=0.2)
+            loop = WorkerLoop(self.client, runner, self.device, batch=self.batch, poll_s=0.2,
+                              cutlass_catalogue=cutlass_catalogue(self.device))
             loop.register()
         except BaseException:
             if runner is not None:  # its benchmark child is running: stop it too
