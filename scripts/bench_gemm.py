@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from kernel_templates.inputs import make_inputs  # noqa: E402
-from kernel_templates.reference import reference_matmul, rel_error, tolerance  # noqa: E402
+from kernel_templates.gemm.inputs import make_inputs  # noqa: E402
+from kernel_templates.gemm.reference import reference_matmul, rel_error, tolerance  # noqa: E402
 from kernel_templates.registry import make_callable  # noqa: E402
 from search.types import Candidate, GemmProblem  # noqa: E402
 from service.client import KernelSearchError  # noqa: E402

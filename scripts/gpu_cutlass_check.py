@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GPU check of the CUTLASS library candidates (``kernel_templates/cutlass``) on the public
+"""GPU check of the CUTLASS library candidates (``kernel_templates/gemm/cutlass``) on the public
 GEMM shapes, beside cuBLAS (``torch.matmul``) and, for fp8, ``torch._scaled_mm``.
 
 Per shape: enumerate the SM90 operations that serve it, rank them (nvMatmulHeuristics for the
@@ -40,7 +40,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kernel_templates import cutlass as kc
+from kernel_templates.gemm import cutlass as kc
 from search.spaces import cutlass_gemm as space
 from search.types import GemmProblem
 
@@ -79,7 +79,7 @@ def make_operands(problem: GemmProblem, seed: int) -> dict[str, Any]:
     """Fresh random operands (never zeros), a NaN-poisoned output, and for fp8 the scales."""
     import torch
 
-    from kernel_templates.inputs import make_inputs
+    from kernel_templates.gemm.inputs import make_inputs
 
     if problem.dtype != "fp8_e4m3":
         inp = make_inputs(problem, "cuda", seed)
@@ -150,7 +150,7 @@ def check_and_time(problem: GemmProblem, kernel: Any, knobs: dict[str, Any], see
     """One correctness run on fresh inputs, then the timing (only when correct)."""
     import torch
 
-    from kernel_templates.reference import rel_error
+    from kernel_templates.gemm.reference import rel_error
 
     row: dict[str, Any] = {"knobs": knobs}
     x = make_operands(problem, seed)
@@ -186,7 +186,7 @@ def run_shape(entry: dict[str, Any], pl: dict[str, Any], cache: Any, tc: Any, ar
               gpu: str | None) -> dict[str, Any]:
     import torch
 
-    from kernel_templates.reference import tolerance
+    from kernel_templates.gemm.reference import tolerance
     from workers.bench import EventBench
 
     problem: GemmProblem = pl["problem"]

@@ -92,7 +92,7 @@ def main() -> int:
 
     import torch
 
-    from kernel_templates.triton import gemm
+    from kernel_templates.gemm import triton as gemm
     from workers.device import detect_device, environment
     from workers.isolation import prepare
 

@@ -36,7 +36,7 @@ def problems(path: Path) -> list[GemmProblem]:
 
 
 def seed_sets(p: GemmProblem, gpu: str) -> dict[str, Any]:
-    from kernel_templates.cutlass import ops_for
+    from kernel_templates.gemm.cutlass import ops_for
 
     ops = ops_for(p)
     by_name = {o.name: o for o in ops}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GPU check of the skinny split-K kernel (``kernel_templates/triton/skinny.py``) on the two
+"""GPU check of the skinny split-K kernel (``kernel_templates/gemm/skinny.py``) on the two
 memory-bound shapes, side by side with cuBLAS and ``gemm.py``'s best configurations.
 
 For each shape and candidate:
@@ -34,9 +34,10 @@ from typing import Any
 
 import torch
 
-from kernel_templates.inputs import make_inputs
-from kernel_templates.reference import reference_matmul, rel_error
-from kernel_templates.triton import gemm, skinny
+from kernel_templates.gemm import skinny
+from kernel_templates.gemm import triton as gemm
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import reference_matmul, rel_error
 from search.types import GemmProblem
 from workers.bench import EventBench
 
@@ -44,7 +45,7 @@ SHAPES: dict[str, tuple[int, int, int]] = {
     "16x4096x4096": (16, 4096, 4096),
     "64x64x65536": (64, 64, 65536),
 }
-TOL = 1e-2  # bf16 (kernel_templates.reference.BASE_TOLERANCE)
+TOL = 1e-2  # bf16 (kernel_templates.gemm.reference.BASE_TOLERANCE)
 N_SETS = 4
 
 

@@ -67,8 +67,8 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from kernel_templates.inputs import make_inputs
-    from kernel_templates.reference import reference_for
+    from kernel_templates.gemm.inputs import make_inputs
+    from kernel_templates.gemm.reference import reference_for
     from workers.device import environment
     from workers.execute import ExecuteOptions, _bench, checked_calls, execute
 

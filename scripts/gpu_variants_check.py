@@ -5,7 +5,7 @@ tiled configuration and cuBLAS.
 
 For each shape (4096^3 bf16, 2048x4096x14336 bf16, 4096^3 fp32 through tf32) and each entry:
 one call into a NaN-poisoned output on fresh random inputs, ``rel_error`` against the float64
-reference, accepted under ``kernel_templates.reference.tolerance_for`` (tf32: widened); then,
+reference, accepted under ``kernel_templates.gemm.reference.tolerance_for`` (tf32: widened); then,
 if correct, ``workers.bench.EventBench`` (CUDA events, clean-L2 read flush, median of the timed
 calls). A few ragged/column-major correctness cases come first. Prints a table, writes
 ``DIR/gpu_variants.json`` and ``DIR/gpu_variants.md``; exits 1 if any entry was wrong. Meant to
@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from kernel_templates.inputs import make_inputs
-from kernel_templates.reference import reference_matmul, rel_error, tolerance_for
-from kernel_templates.triton import gemm
+from kernel_templates.gemm import triton as gemm
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import reference_matmul, rel_error, tolerance_for
 from search.types import GemmProblem
 from workers.bench import EventBench
 

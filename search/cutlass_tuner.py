@@ -112,13 +112,13 @@ def cutlass_study_name(problem: GemmProblem, gpu_model: str, ops: Sequence[OpLik
 class CutlassTuner(StudyTuner):
     """Proposes CUTLASS configurations for one problem on one GPU model (see the module
     docstring). ``ops``: the operations that serve the problem (default:
-    ``kernel_templates.cutlass.ops_for``); ``n_seeds``: how many ranked seeds a new study
+    ``kernel_templates.gemm.cutlass.ops_for``); ``n_seeds``: how many ranked seeds a new study
     starts with."""
 
     def __init__(self, storage_url: str, problem: GemmProblem, gpu_model: str,
                  ops: Sequence[OpLike] | None = None, seed: int = 0, n_seeds: int = 8) -> None:
         if ops is None:
-            from kernel_templates.cutlass import ops_for
+            from kernel_templates.gemm.cutlass import ops_for
 
             ops = ops_for(problem)
         self.problem = problem

@@ -1,6 +1,6 @@
 """Library candidates beyond cuBLAS: which CUTLASS operations a job measures in its first stage.
 
-The service enumerates CUTLASS's SM90 GEMMs (``kernel_templates.cutlass.ops_for``: pure Python,
+The service enumerates CUTLASS's SM90 GEMMs (``kernel_templates.gemm.cutlass.ops_for``: Python,
 no GPU, no nvcc) and ranks them for the job's GPU model (``search.spaces.cutlass_gemm.seeds``:
 nvMatmulHeuristics where installed, else an analytic model); the top few, at default knobs,
 become library candidates. Workers compile them (nvcc) and measure them like cuBLAS.
@@ -60,7 +60,7 @@ def clear_cache() -> None:
 def _compute(problem: GemmProblem, gpu_model: str | None, n: int
              ) -> tuple[tuple[dict[str, Any], ...], str | None]:
     try:
-        from kernel_templates import cutlass as kc
+        from kernel_templates.gemm import cutlass as kc
         from search.spaces import cutlass_gemm
 
         why = kc.why_unsupported(problem)

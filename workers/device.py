@@ -50,7 +50,7 @@ def cutlass_unavailable(cc: str) -> str | None:
     extra (``cutlass_library``) and building needs a working nvcc."""
     if not cc.startswith("9."):
         return f"the CUTLASS kernels are sm_90a and this GPU is compute capability {cc or '?'}"
-    from kernel_templates import cutlass as kc
+    from kernel_templates.gemm import cutlass as kc
 
     missing = kc.cutlass_available()
     if missing:

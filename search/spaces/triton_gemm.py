@@ -1,4 +1,4 @@
-"""Search space of the tiled Triton GEMM (``kernel_templates/triton/gemm.py``).
+"""Search space of the tiled Triton GEMM (``kernel_templates/gemm/triton.py``).
 
 A configuration is a plain dict with the template's meta-parameters::
 
@@ -100,7 +100,7 @@ def tier_plans(problem: GemmProblem, *, mode: str, cc: str, sm_count: int,
     and why; the decision explains skipped tiers with these reasons. fp8 has no Triton
     template, so for fp8 no tier applies and the decision is the library's."""
     if problem.dtype not in TEMPLATE_DTYPES:
-        why = (f"no {problem.dtype} Triton template (kernel_templates/triton multiplies "
+        why = (f"no {problem.dtype} Triton template (kernel_templates/gemm/triton.py multiplies "
                f"{', '.join(TEMPLATE_DTYPES)}); the library kernels serve it")
         return tuple(TierPlan(t, TIER_WEIGHTS[t], False, why) for t in TIERS)
     sms = sm_count or 132

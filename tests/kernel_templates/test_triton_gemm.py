@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from kernel_templates.errors import InvalidConfig, Unsupported
-from kernel_templates.inputs import make_inputs
-from kernel_templates.reference import reference_matmul, rel_error, tolerance
-from kernel_templates.triton import gemm
-from kernel_templates.triton.gemm import bytes_moved, flops, matmul
+from kernel_templates.gemm import triton as gemm
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import reference_matmul, rel_error, tolerance
+from kernel_templates.gemm.triton import bytes_moved, flops, matmul
 from search.types import GemmProblem
 
 

@@ -11,16 +11,16 @@ import pytest
 import torch
 
 from kernel_templates.errors import InvalidConfig, Unsupported
-from kernel_templates.inputs import make_inputs
-from kernel_templates.reference import (
+from kernel_templates.gemm import triton as gemm
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import (
     TF32_TOLERANCE,
     reference_matmul,
     rel_error,
     tolerance,
     tolerance_for,
 )
-from kernel_templates.triton import gemm
-from kernel_templates.triton.gemm import check_config, matmul
+from kernel_templates.gemm.triton import check_config, matmul
 from search.types import GemmProblem
 
 LAY = {"r": "row", "c": "col"}
@@ -236,7 +236,7 @@ def test_tolerance_for() -> None:
 
 def test_execute_checks_with_tolerance_for(monkeypatch: pytest.MonkeyPatch) -> None:
     # The worker's correctness check goes through tolerance_for with the candidate's config.
-    import kernel_templates.reference as reference
+    import kernel_templates.gemm.reference as reference
     from workers.execute import execute
 
     seen: list[Any] = []

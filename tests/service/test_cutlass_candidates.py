@@ -137,7 +137,7 @@ def test_a_problem_cutlass_cannot_serve_is_skipped_with_the_reason(
 
 def test_a_service_without_the_cutlass_extra_skips_it(
         client: TestClient, driver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kernel_templates.cutlass.enumerate as en
+    import kernel_templates.gemm.cutlass.enumerate as en
 
     missing = "cutlass_library is not installed; pip install 'kernelsearch[cutlass]'"
     monkeypatch.setattr(en, "cutlass_available", lambda: missing)

@@ -43,7 +43,7 @@ and optional ones (``OPTIONAL_KEYS``), whose absence is exactly the behaviour ab
   required, the pointer kernel where TMA was only automatic. Measured ~30% slower on an H100.
 - ``INPUT_PRECISION`` (``"ieee"``, ``"tf32"``, ``"tf32x3"``): ``tl.dot``'s input precision for
   fp32 inputs (default ``"ieee"``: full fp32); bf16/fp16 inputs accept only ``"ieee"``. tf32
-  results need a wider tolerance: ``kernel_templates.reference.tolerance_for``.
+  results need a wider tolerance: ``kernel_templates.gemm.reference.tolerance_for``.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ import triton
 import triton.language as tl
 
 from kernel_templates.errors import InvalidConfig, Unsupported
-from kernel_templates.triton.gemm import tma_tiles
+from kernel_templates.gemm.triton import tma_tiles
 
 __all__ = ["CONFIG_KEYS", "DTYPES", "MODES", "check_skinny_config", "matmul_skinny"]
 
