@@ -92,7 +92,6 @@ def main() -> int:
 
     import torch
 
-    from kernel_templates.gemm import triton as gemm
     from workers.device import detect_device, environment
     from workers.isolation import prepare
 
@@ -146,16 +145,13 @@ def main() -> int:
                 mine = [r for r in rows if r["shape"] == name and r["backend"] == "triton"]
                 good = sorted((r for r in mine if r["median_us"]), key=lambda r: r["median_us"])
                 again = good[:args.pointer_top] + [r for r in mine if not r["median_us"]]
-                gemm.TMA_DEFAULT = False
-                try:
-                    for r in again:
-                        if time.perf_counter() - t_start > args.budget_s:
-                            break
-                        cand = Candidate(problem=p, backend="triton", config=r["config"])
-                        rows.append(_row(name, layouts, cand, measure(cand, options), base,
-                                         "pointer"))
-                finally:
-                    gemm.TMA_DEFAULT = None
+                for r in again:
+                    if time.perf_counter() - t_start > args.budget_s:
+                        break
+                    cand = Candidate(problem=p, backend="triton",
+                                     config={**r["config"], "LOADS": "pointer"})
+                    rows.append(_row(name, layouts, cand, measure(cand, options), base,
+                                     "pointer"))
     if torch.cuda.is_available():
         torch.cuda.synchronize()
 

@@ -79,15 +79,21 @@ TIMED: dict[str, list[dict[str, int]]] = {
 }
 
 
-def set_mode(mode: str, fanin: int | None) -> None:
-    gemm.SPLITK_MODE = mode
-    gemm.SERIAL_FANIN = fanin
+def keyed(c: dict[str, Any], mode: str, fanin: int | None, tma: bool | None = None
+          ) -> dict[str, Any]:
+    """``c`` with the split-K reduction and the loads as config keys (None: the default)."""
+    out = {**c, "SPLITK_MODE": mode}
+    if fanin:
+        out["FANIN"] = fanin
+    if tma is not None:
+        out["LOADS"] = "tma" if tma else "pointer"
+    return out
 
 
 def correctness() -> list[str]:
     lines = []
-    for shape, c, mode, fanin, tma in CHECKS:
-        set_mode(mode, fanin)
+    for shape, c0, mode, fanin, tma in CHECKS:
+        c = keyed(c0, mode, fanin, tma)
         m, n, k = SHAPES[shape]
         p = GemmProblem(m=m, n=n, k=k, dtype="bf16")
         errs, bad = [float("nan")], 0
@@ -96,9 +102,9 @@ def correctness() -> list[str]:
             for rep in range(REPS):
                 inp = make_inputs(p, "cuda", 1000 + rep)
                 ref = reference_matmul(inp.a, inp.b)
-                gemm.matmul(inp.a, inp.b, c, out=inp.out, tma=tma)
+                gemm.matmul(inp.a, inp.b, c, out=inp.out)
                 again = torch.full_like(inp.out, float("nan"))
-                gemm.matmul(inp.a, inp.b, c, out=again, tma=tma)
+                gemm.matmul(inp.a, inp.b, c, out=again)
                 err = rel_error(inp.out, ref)
                 errs.append(err)
                 if not err < 5e-3 or not torch.equal(inp.out, again):
@@ -164,8 +170,8 @@ def timings() -> list[str]:
             if c["SPLIT_K"] == 1:
                 variants = [("serial", None)]
             for mode, fanin in variants:
-                set_mode(mode, fanin)
-                fns = [lambda i=i, c=c: gemm.matmul(i.a, i.b, c, out=i.out) for i in sets]
+                ck = keyed(c, mode, fanin)
+                fns = [lambda i=i, ck=ck: gemm.matmul(i.a, i.b, ck, out=i.out) for i in sets]
                 try:
                     res[f"{mode}{fanin or ''}"] = bench(fns)
                 except Exception as e:  # noqa: BLE001 - reported, the run goes on
@@ -194,7 +200,6 @@ def main() -> int:
     ptx = ptx_summary()
     print(ptx, flush=True)
     rows = timings()
-    set_mode("auto", None)
     print(f"\n=== summary ({time.perf_counter() - T0:.0f} s) ===\n{head}\n{ptx}")
     print("\n".join(check))
     print("\n".join(rows))

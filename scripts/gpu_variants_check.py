@@ -61,12 +61,12 @@ P = dict(PERSISTENT=1)
 WS = dict(PERSISTENT=1, WARP_SPECIALIZE=1)
 TF32 = dict(INPUT_PRECISION="tf32")
 
-NO_FLATTEN = {"PERSISTENT_FLATTEN": False}
-TMA_STORE = {"PERSISTENT_TMA_STORE": True}
-WS_TILES = {"PERSISTENT_WS_LOOP": "tiles"}
+NO_FLATTEN = {"FLATTEN": 0}
+TMA_STORE = {"TMA_STORE": 1}
+WS_TILES = {"WS_LOOP": "tiles"}
 Entry = tuple[str, dict[str, Any] | None, dict[str, Any]]
 
-# (label, config or None for cuBLAS, gemm module seams set for this entry)
+# (label, config or None for cuBLAS, the persistent kernel's keys this entry adds)
 BF16_ENTRIES: list[Entry] = [
     ("cuBLAS", None, {}),
     ("tiled (TMA auto)", cfg(128, 256, 64, 8, 3), {}),
@@ -135,19 +135,9 @@ def set_tf32(label: str) -> None:
     torch.backends.cuda.matmul.allow_tf32 = label == "cuBLAS tf32"
 
 
-SEAMS: dict[str, Any] = {"PERSISTENT_FLATTEN": True, "PERSISTENT_TMA_STORE": False,
-                         "PERSISTENT_WS_LOOP": "k"}
-
-
-def set_seams(seams: dict[str, Any]) -> None:
-    for name, default in SEAMS.items():
-        setattr(gemm, name, seams.get(name, default))
-
-
 def check(problem: GemmProblem, label: str, c: dict[str, Any] | None, seams: dict[str, Any],
           seed: int) -> tuple[Any, dict[str, Any]]:
     """(inputs, row) after one correctness call; row["status"] is ok/wrong/error."""
-    set_seams(seams)
     set_tf32(label)
     inp = make_inputs(problem, "cuda", seed)
     row: dict[str, Any] = {"label": label, "config": c, "seams": seams}
@@ -155,7 +145,7 @@ def check(problem: GemmProblem, label: str, c: dict[str, Any] | None, seams: dic
         {"INPUT_PRECISION": "tf32"} if label == "cuBLAS tf32" else None))
     try:
         t0 = time.perf_counter()
-        call_for(label, c, inp)()
+        call_for(label, None if c is None else {**c, **seams}, inp)()
         torch.cuda.synchronize()
         row["first_call_s"] = time.perf_counter() - t0
         err = rel_error(inp.out, reference_matmul(inp.a, inp.b))
@@ -200,7 +190,8 @@ def main() -> int:
                     row["timing"] = "skipped: deadline"
                 else:
                     try:
-                        t = bench([call_for(label, c, inp)])
+                        t = bench([call_for(label, None if c is None else {**c, **seams},
+                                            inp)])
                         row.update(median_us=t.median_us, p20_us=t.p20_us, p80_us=t.p80_us,
                                    reps=t.reps, tflops=2 * problem.m * problem.n * problem.k
                                    / (t.median_us * 1e-6) / 1e12)
@@ -213,7 +204,6 @@ def main() -> int:
                   f"err {row.get('rel_error', float('nan')):.2e} {took} "
                   f"{row.get('error', '')[:300]}", flush=True)
             del inp
-    set_seams({})
     torch.backends.cuda.matmul.allow_tf32 = False
 
     # Table: per shape, ratio against cuBLAS (the ieee one for fp32, and tf32 beside it).
