@@ -63,7 +63,6 @@ configuration fixes the kernel, whatever the process:
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 import torch
@@ -71,10 +70,18 @@ import triton
 import triton.language as tl
 
 from kernel_templates.errors import InvalidConfig, Unsupported
+from kernel_templates.gemm.host import (
+    DTYPES,
+    cached_buffer,
+    cc_major,
+    check_operands,
+    sm_count,
+    tma_describe,
+)
 from search.spaces.triton_gemm import SPLITK_MODES, complete
 
-__all__ = ["CONFIG_KEYS", "DTYPES", "INPUT_PRECISIONS", "OPTIONAL_KEYS", "bytes_moved",
-           "check_config", "flops", "matmul"]
+__all__ = ["CONFIG_KEYS", "DTYPES", "INPUT_PRECISIONS", "LOADS", "OPTIONAL_KEYS", "bytes_moved",
+           "check_config", "flops", "matmul", "tma_tiles"]
 
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages")
 #: Keys a configuration may omit: ``check_config`` fills in their defaults.
@@ -84,8 +91,6 @@ OPTIONAL_KEYS = ("PERSISTENT", "WARP_SPECIALIZE", "num_ctas", "INPUT_PRECISION",
 LOADS = ("auto", "tma", "pointer")
 #: ``INPUT_PRECISION`` values (``tl.dot``'s ``input_precision`` for fp32 inputs).
 INPUT_PRECISIONS = ("ieee", "tf32", "tf32x3")
-#: Input dtypes the template serves (fp8 is left for a later version).
-DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @triton.jit
@@ -356,36 +361,17 @@ _WORKSPACE: dict[torch.device, torch.Tensor] = {}
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
 
 
-@cache
-def _cc_major(device: torch.device) -> int:
-    return torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else 0
-
-
-def _describe(t: torch.Tensor, rows: int, cols: int, block: tuple[int, int]):
-    """(descriptor, stored transposed) of a 2-D ``rows x cols`` operand, or ``None``."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    elt = t.element_size()
-    if t.data_ptr() % 16:
-        return None
-    if t.stride(1) == 1 and (t.stride(0) * elt) % 16 == 0:
-        return TensorDescriptor(t, [rows, cols], [t.stride(0), 1], list(block)), False
-    if t.stride(0) == 1 and (t.stride(1) * elt) % 16 == 0:
-        return TensorDescriptor(t, [cols, rows], [t.stride(1), 1], [block[1], block[0]]), True
-    return None
-
-
 def _tma_descriptors(a3: torch.Tensor, b3: torch.Tensor, cfg: dict[str, int], auto: bool):
     """(a_desc, b_desc, A_COL, B_COL) when TMA applies to these operands, else ``None``.
     Automatic use needs a Hopper-or-later GPU; asked for explicitly, the interpreter runs it."""
     if a3.shape[0] != 1 or a3.dtype not in (torch.bfloat16, torch.float16):
         return None
-    if (a3.device.type == "cuda" or auto) and _cc_major(a3.device) < 9:
+    if (a3.device.type == "cuda" or auto) and cc_major(a3.device) < 9:
         return None
     _, m, k = a3.shape
     n = b3.shape[2]
-    da = _describe(a3[0], m, k, (cfg["BLOCK_M"], cfg["BLOCK_K"]))
-    db = _describe(b3[0], k, n, (cfg["BLOCK_K"], cfg["BLOCK_N"]))
+    da = tma_describe(a3[0], m, k, (cfg["BLOCK_M"], cfg["BLOCK_K"]))
+    db = tma_describe(b3[0], k, n, (cfg["BLOCK_K"], cfg["BLOCK_N"]))
     if da is None or db is None:
         return None
     return da[0], db[0], da[1], db[1]
@@ -393,35 +379,20 @@ def _tma_descriptors(a3: torch.Tensor, b3: torch.Tensor, cfg: dict[str, int], au
 
 def _workspace(device: torch.device, numel: int) -> torch.Tensor:
     """An fp32 buffer of at least ``numel`` elements on ``device``, reused across calls."""
-    buf = _WORKSPACE.get(device)
-    if buf is None or buf.numel() < numel:
-        buf = torch.empty(max(numel, 1 << 20), dtype=torch.float32, device=device)
-        _WORKSPACE[device] = buf
-    return buf[:numel]
+    return cached_buffer(_WORKSPACE, device, numel, torch.float32, zeroed=False, least=1 << 20)
 
 
 def _counters(device: torch.device, numel: int) -> torch.Tensor:
     """A zeroed int32 buffer of at least ``numel`` counters on ``device``, reused across calls:
     every serial split-K launch leaves the counters it used at zero."""
-    buf = _COUNTERS.get(device)
-    if buf is None or buf.numel() < numel:
-        buf = torch.zeros(max(numel, 1 << 16), dtype=torch.int32, device=device)
-        _COUNTERS[device] = buf
-    return buf[:numel]
-
-
-@cache
-def _sm_count(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 4  # interpreter: few programs keep it quick
+    return cached_buffer(_COUNTERS, device, numel, torch.int32, zeroed=True, least=1 << 16)
 
 
 def _reduce_launch(numel: int, split_k: int, device: torch.device) -> tuple[int, int, int]:
     """(BLOCK, CHUNK, num_warps) of the reduce: about two programs per SM or more, each with up
     to 8K fp32 values in flight."""
     block = 1024
-    while block > 64 and triton.cdiv(numel, block) < 2 * _sm_count(device):
+    while block > 64 and triton.cdiv(numel, block) < 2 * sm_count(device):
         block //= 2
     chunk = min(split_k, max(1, 8192 // block))
     return block, chunk, 4
@@ -506,9 +477,9 @@ def _check_device(cfg: dict[str, Any], device: torch.device) -> None:
     asked = [name for name, on in (("PERSISTENT=1", cfg["PERSISTENT"]),
                                    ("WARP_SPECIALIZE=1", cfg["WARP_SPECIALIZE"]),
                                    ("num_ctas=2", cfg["num_ctas"] > 1)) if on]
-    if asked and device.type == "cuda" and _cc_major(device) < 9:
+    if asked and device.type == "cuda" and cc_major(device) < 9:
         raise Unsupported(f"{', '.join(asked)} needs a Hopper or later GPU (compute capability "
-                          f"9+), this one is {_cc_major(device)}.x")
+                          f"9+), this one is {cc_major(device)}.x")
 
 
 def _check_clusters(launch: dict[str, int], a_col: bool) -> None:
@@ -532,16 +503,16 @@ def _matmul_persistent(a3: torch.Tensor, b3: torch.Tensor, c3: torch.Tensor,
     if batch != 1:
         raise Unsupported(f"PERSISTENT=1 serves batch 1 only, got batch {batch}")
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    da = _describe(a3[0], m, k, (bm, bk))
-    db = _describe(b3[0], k, n, (bk, bn))
+    da = tma_describe(a3[0], m, k, (bm, bk))
+    db = tma_describe(b3[0], k, n, (bk, bn))
     if da is None or db is None:
         raise Unsupported("PERSISTENT=1 loads through TMA: each operand needs a 16-byte aligned "
                           "base, unit stride along rows or columns and a 16-byte aligned "
                           "leading dimension")
     _check_clusters(launch, da[1])
-    dc = _describe(c3[0], m, n, (bm, bn)) if cfg["TMA_STORE"] else None
+    dc = tma_describe(c3[0], m, n, (bm, bn)) if cfg["TMA_STORE"] else None
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    programs = max(1, min(_sm_count(a3.device) // launch.get("num_ctas", 1), tiles))
+    programs = max(1, min(sm_count(a3.device) // launch.get("num_ctas", 1), tiles))
     _gemm_persistent_kernel[(programs,)](
         da[0], db[0], c3, dc[0] if dc is not None else None, m, n, k, c3.stride(1), c3.stride(2),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], A_COL=da[1], B_COL=db[1],
@@ -565,31 +536,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     unless ``INPUT_PRECISION`` says otherwise. ``LOADS`` picks TMA or pointer loads.
     """
     cfg = check_config(config)
-    if a.dtype not in DTYPES:
-        raise Unsupported(f"triton gemm does not serve dtype {a.dtype}")
-    if a.dtype != b.dtype:
-        raise TypeError(f"a and b differ in dtype: {a.dtype} vs {b.dtype}")
-    if a.device != b.device:
-        raise ValueError(f"a and b are on different devices: {a.device} vs {b.device}")
-    if a.dim() != b.dim() or a.dim() not in (2, 3):
-        raise ValueError(f"a and b must both be 2-D or both 3-D, got {a.dim()} and {b.dim()}")
-    a3 = a if a.dim() == 3 else a.unsqueeze(0)
-    b3 = b if b.dim() == 3 else b.unsqueeze(0)
+    a3, b3, c3, out = check_operands(a, b, out, out_dtype, "triton gemm")
     batch, m, k = a3.shape
-    if b3.shape[0] != batch or b3.shape[1] != k:
-        raise ValueError(f"shapes do not compose: {tuple(a.shape)} @ {tuple(b.shape)}")
     n = b3.shape[2]
-    out_shape = (batch, m, n) if a.dim() == 3 else (m, n)
-    if out is None:
-        out = torch.empty(out_shape, dtype=out_dtype or a.dtype, device=a.device)
-    else:
-        if tuple(out.shape) != out_shape or out.device != a.device or not out.is_contiguous():
-            raise ValueError(f"out must be a contiguous {out_shape} tensor on {a.device}")
-        if out.dtype not in DTYPES:
-            raise Unsupported(f"triton gemm does not write dtype {out.dtype}")
-    if m * k >= 2**31 or k * n >= 2**31 or batch * m * n >= 2**31:
-        raise Unsupported("one matrix has 2**31 elements or more (32-bit tile offsets)")
-    c3 = out if out.dim() == 3 else out.unsqueeze(0)
 
     precision = _input_precision(cfg, a.dtype)
     warp_spec = bool(cfg["WARP_SPECIALIZE"])

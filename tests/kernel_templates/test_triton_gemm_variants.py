@@ -171,7 +171,7 @@ def test_warp_specialize_needs_tma(monkeypatch: pytest.MonkeyPatch, device: str)
 
 
 def test_hopper_keys_unsupported_before_hopper(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gemm, "_cc_major", lambda device: 8)
+    monkeypatch.setattr(gemm, "cc_major", lambda device: 8)
     cuda = torch.device("cuda")
     gemm._check_device(check_config(small()), cuda)  # nothing asked: fine on any GPU
     for extra in (dict(PERSISTENT=1), dict(WARP_SPECIALIZE=1), dict(num_ctas=2)):
