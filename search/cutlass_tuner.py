@@ -113,7 +113,7 @@ class CutlassTuner(StudyTuner):
     """Proposes CUTLASS configurations for one problem on one GPU model (see the module
     docstring). ``ops``: the operations that serve the problem (the declared catalogue
     filtered by ``search.spaces.cutlass_catalogue.filter_ops``, or on a GPU host
-    ``kernel_templates.cutlass.ops_for``); ``n_seeds``: how many ranked seeds a new study
+    ``kernel_templates.gemm.cutlass.ops_for``); ``n_seeds``: how many ranked seeds a new study
     starts with."""
 
     def __init__(self, storage_url: str, problem: GemmProblem, gpu_model: str,

@@ -178,7 +178,12 @@ class GemmTuner(StudyTuner):
         super().__init__(storage_url, study_name(problem, gpu_model, tier), seed)
         if self.fresh:
             for config in triton_gemm.seeds(problem, tier):
-                self._study.enqueue_trial(config, skip_if_exists=True)
+                self._study.enqueue_trial({k: config[k] for k in self._params},
+                                          skip_if_exists=True)
+
+    def _config_of(self, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        """The complete configuration (``triton_gemm.complete``) of a trial's parameters."""
+        return triton_gemm.complete(dict(trial.params))
 
     def propose(self, n: int, known: Callable[[dict[str, Any]], Measurement | None]
                 ) -> list[Proposal]:
@@ -190,13 +195,13 @@ class GemmTuner(StudyTuner):
         """
         if n <= 0:
             return []
-        in_flight = {config_key(t.params) for t in
+        in_flight = {config_key(triton_gemm.complete(t.params)) for t in
                      self._study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
         out: list[Proposal] = []
         misses, max_misses = 0, 200
         while len(out) < n and misses < max_misses:
             trial = self._study.ask(self._dists)
-            config = {name: trial.params[name] for name in self._params}
+            config = triton_gemm.complete({name: trial.params[name] for name in self._params})
             key = config_key(config)
             reasons = violations(self.problem, config, self.limits)
             if reasons:

@@ -51,7 +51,7 @@ def cutlass_unavailable(cc: str) -> str | None:
     extra (``cutlass_library``) and building needs a working nvcc."""
     if not cc.startswith("9."):
         return f"the CUTLASS kernels are sm_90a and this GPU is compute capability {cc or '?'}"
-    from kernel_templates import cutlass as kc
+    from kernel_templates.gemm import cutlass as kc
 
     missing = kc.cutlass_available()
     if missing:
@@ -69,7 +69,7 @@ def cutlass_catalogue(device: Device) -> dict[str, Any] | None:
     searches over them and never enumerates CUTLASS itself."""
     if Backend.CUTLASS.value not in device.backends:
         return None
-    from kernel_templates import cutlass as kc
+    from kernel_templates.gemm import cutlass as kc
 
     return kc.catalogue().encode()
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from search.types import Candidate, Measurement, Status, Task
+from workers.checking import checked_calls, fresh_inputs
 
 __all__ = ["STICKY", "ExecuteOptions", "classify", "execute"]
 
@@ -65,7 +66,7 @@ class ExecuteOptions:
 
 def classify(exc: BaseException) -> Status:
     """The status of a candidate whose run raised ``exc`` (the one place this is decided)."""
-    from kernel_templates.errors import InvalidConfig, Unsupported
+    from kernel_templates.errors import CompileError, InvalidConfig, LaunchError, Unsupported
 
     if isinstance(exc, Unsupported):
         return Status.UNSUPPORTED
@@ -88,29 +89,18 @@ def classify(exc: BaseException) -> Status:
             return Status.COMPILE_ERROR
     except ImportError:  # pragma: no cover
         pass
-    from kernel_templates.cutlass.compile import CompileError as CutlassCompileError
-
-    if isinstance(exc, CutlassCompileError):
+    if isinstance(exc, CompileError):
         return Status.COMPILE_ERROR
     text = f"{type(exc).__name__}: {exc}".lower()
     if any(marker in text for marker in _STICKY_MARKERS):
         return Status.CRASHED
-    if _is_cutlass_launch_error(exc):
+    if isinstance(exc, LaunchError):  # a launcher's failure status (e.g. CUTLASS's)
         return Status.LAUNCH_ERROR
     if "out of memory" in text:
         return Status.OOM
     if isinstance(exc, NotImplementedError):
         return Status.UNSUPPORTED
     return Status.LAUNCH_ERROR
-
-
-def _is_cutlass_launch_error(exc: BaseException) -> bool:
-    """A CUTLASS launcher returned a non-zero ``cutlass::Status`` (``CutlassError``)."""
-    try:
-        from kernel_templates.cutlass.runtime import CutlassError
-    except ImportError:  # pragma: no cover - torch is always there in a worker
-        return False
-    return isinstance(exc, CutlassError)
 
 
 def _failure(status: Status, exc: BaseException | str, env: dict[str, Any],
@@ -157,14 +147,15 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
     if cand.task is not None:
         return _task(cand, opts, env, cuda, seed)
 
-    if cand.backend == "triton" and opts.check_constraints:
-        from search.constraints import limits_for, violations
+    if opts.check_constraints:
+        from kernel_templates.registry import static_violations
 
-        limits = limits_for(env["mode"], _smem(cuda))
         try:
-            reasons = violations(cand.problem, cand.config, limits)
+            reasons = static_violations(cand, env["mode"], _smem(cuda))
         except (KeyError, TypeError) as exc:
             return _failure(Status.INVALID, f"bad config: {exc!r}", env)
+        except Exception as exc:  # noqa: BLE001 - an unknown kind or backend is data
+            return _failure(classify(exc), exc, env)
         if reasons:
             return _failure(Status.INVALID, "; ".join(reasons), env)
 
@@ -173,17 +164,13 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
     try:
         import torch
 
-        from kernel_templates.inputs import make_inputs
-        from kernel_templates.reference import reference_for
         from kernel_templates.registry import check_supported
 
         check_supported(cand.backend, cand.problem)
         device = torch.device("cuda" if cuda else "cpu")
         if cuda:
             torch.backends.cuda.matmul.allow_tf32 = False
-        sets = [make_inputs(cand.problem, device, seed + i)
-                for i in range(_n_sets(opts, cand, cuda))]
-        ref = reference_for(sets[0])
+        sets, ref = fresh_inputs(cand.problem, device, seed, _n_sets(opts, cand, cuda))
         # compile_s: making the callables (a CUTLASS op not yet built is compiled here) and
         # the first call (Triton JIT, cuBLAS heuristics), which is also the correctness run.
         t0 = time.perf_counter()
@@ -204,24 +191,6 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
                        compile_s=compile_s, bench_s=timing.bench_s,
                        env={**env, "timing": timing.method, "input_sets": len(sets),
                             "host_us_per_call": timing.host_us}).to_dict()
-
-
-def checked_calls(cand: Candidate, sets: list[Any], ref: Any, cuda: bool
-                  ) -> tuple[list[Any], float, float]:
-    """``cand``'s callables over the input ``sets``, after one run into the first set's output
-    (poisoned with NaN first, so an element the kernel forgets fails) compared with ``ref``:
-    ``(calls, rel_error, tolerance)``. The one correctness check of candidates and tasks."""
-    import torch
-
-    from kernel_templates.reference import rel_error, tolerance_for
-    from kernel_templates.registry import make_callable
-
-    sets[0].out.fill_(float("nan"))
-    calls = [make_callable(cand, s) for s in sets]
-    calls[0]()
-    if cuda:
-        torch.cuda.synchronize()
-    return calls, rel_error(sets[0].out, ref), tolerance_for(cand.problem, cand.config)
 
 
 def _task(cand: Candidate, opts: ExecuteOptions, env: dict[str, Any], cuda: bool,

@@ -258,11 +258,11 @@ def _compile_one(candidate: dict[str, Any]) -> bool:
     try:
         import torch
 
-        from kernel_templates.inputs import make_inputs
-        from kernel_templates.registry import make_callable
+        from kernel_templates.registry import kernel_kind, make_callable
 
         cand = Candidate.from_dict(candidate)
-        make_callable(cand, make_inputs(cand.problem, "cuda", seed=0))()
+        inputs = kernel_kind(cand.problem.kind).make_inputs(cand.problem, "cuda", 0)
+        make_callable(cand, inputs)()
         torch.cuda.synchronize()
         return True
     except Exception:  # noqa: BLE001 - the real run classifies the failure
@@ -288,7 +288,7 @@ def prepare(candidates: Iterable[Candidate], interpret: bool = False, processes:
 def prepare_cutlass(candidates: Iterable[Candidate], jobs: int | None = None
                     ) -> dict[str, tuple[float, str | None]]:
     """Build the CUTLASS ops of ``candidates`` (each unique op once) into the artifact cache
-    with parallel nvcc (``kernel_templates.cutlass.build``), so the benchmark child only loads
+    with parallel nvcc (``kernel_templates.gemm.cutlass.build``), so the benchmark child only loads
     them. Returns op name -> (nvcc seconds to charge to its first candidate: its share of its
     file's compile, 0 when found in the cache; the compile error's text or None). Never raises:
     an op it cannot look up, or a missing toolchain, is left for the child to classify."""
@@ -297,7 +297,7 @@ def prepare_cutlass(candidates: Iterable[Candidate], jobs: int | None = None
     if not names:
         return {}
     try:
-        from kernel_templates import cutlass as kc
+        from kernel_templates.gemm import cutlass as kc
 
         ops = []
         for name in names:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from search.types import Candidate, Measurement, Status
+from workers.checking import checked_calls, fresh_inputs
 
 __all__ = ["calibrate", "verify"]
 
@@ -218,10 +219,7 @@ def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets:
     warm-up, since by then every contender has run and the GPU has been busy throughout."""
     import torch
 
-    from kernel_templates.inputs import make_inputs
-    from kernel_templates.reference import reference_for
     from kernel_templates.registry import check_supported
-    from workers.execute import checked_calls
 
     t0 = time.perf_counter()
     spec = cand.config
@@ -239,8 +237,7 @@ def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets:
         contenders[side] = Candidate(cand.problem, str(part["backend"]),
                                      dict(part.get("config") or {}))
     device = torch.device("cuda" if cuda else "cpu")
-    sets = [make_inputs(cand.problem, device, seed + i) for i in range(n_sets)]
-    ref = reference_for(sets[0])
+    sets, ref = fresh_inputs(cand.problem, device, seed, n_sets)
     calls: dict[str, list[Any]] = {}
     errors: dict[str, float] = {}
     for side, c in contenders.items():

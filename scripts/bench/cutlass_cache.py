@@ -35,7 +35,7 @@ def problem_of(shape: dict[str, Any]) -> GemmProblem:
 
 def chosen_ops(problem: GemmProblem, max_ops: int, gpu: str) -> tuple[list[Any], str | None]:
     """The ops to build for ``problem`` (the first ``max_ops`` seeds) and why none, if none."""
-    from kernel_templates import cutlass as kc
+    from kernel_templates.gemm import cutlass as kc
     from search.spaces import cutlass_gemm as space
 
     reason = kc.why_unsupported(problem)
@@ -64,7 +64,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build every chosen op into the cache; 1 when any failed to compile, 2 on no toolchain."""
-    from kernel_templates import cutlass as kc
+    from kernel_templates.gemm import cutlass as kc
 
     faulthandler.dump_traceback_later(args.deadline, exit=True)
     missing = kc.cutlass_available()

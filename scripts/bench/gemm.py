@@ -58,8 +58,8 @@ def max_autotune(problem: GemmProblem, rounds: int) -> dict[str, Any]:
     reference on fresh inputs, then timed like a worker times a kernel."""
     import torch
 
-    from kernel_templates.inputs import make_inputs
-    from kernel_templates.reference import reference_for, rel_error, tolerance_for
+    from kernel_templates.gemm.inputs import make_inputs
+    from kernel_templates.gemm.reference import reference_for, rel_error, tolerance_for
     from workers.bench import EventBench
 
     sets = [make_inputs(problem, "cuda", seed=1000 + i) for i in range(3)]

@@ -1,16 +1,16 @@
 """The CUTLASS operations a GPU host can build, as data: what a worker declares to the service.
 
-Enumerating CUTLASS's GEMMs needs ``cutlass_library`` (``kernel_templates.cutlass``), which only
-the GPU hosts install. A worker that offers CUTLASS describes every operation it can build
+Enumerating CUTLASS's GEMMs needs ``cutlass_library`` (``kernel_templates.gemm.cutlass``), which
+only the GPU hosts install. A worker that offers CUTLASS describes every operation it can build
 (``OpSpec``: the compile-time identity, no ``cutlass_library`` object) and sends the list when it
 registers; the service stores it per GPU model and filters, ranks and searches over it
 (``filter_ops`` here, ``search.spaces.cutlass_gemm`` and ``search.cutlass_tuner``) without
-importing CUTLASS. ``kernel_templates.cutlass.ops_for`` applies the same ``filter_ops``, so a
+importing CUTLASS. ``kernel_templates.gemm.cutlass.ops_for`` applies the same ``filter_ops``, so a
 worker and the service agree on which operations serve a problem.
 
-On the wire a catalogue is grouped by family (input and output dtypes, layouts), each
-operation a row of its remaining fields: about 2,400 SM90 operations in a few hundred KB of
-JSON (``Catalogue.encode``).
+On the wire a catalogue is grouped by family (input and output dtypes, layouts), each operation a
+row of its remaining fields: about 2,400 SM90 operations in a few hundred KB of JSON
+(``Catalogue.encode``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ T = TypeVar("T", bound=FilterOp)
 @dataclass(frozen=True)
 class OpSpec:
     """One CUTLASS operation as data: everything fixed at compile time (see
-    ``kernel_templates.cutlass.CutlassOp``, which adds the ``cutlass_library`` object)."""
+    ``kernel_templates.gemm.cutlass.CutlassOp``, which adds the ``cutlass_library`` object)."""
 
     name: str
     tile: tuple[int, int, int]

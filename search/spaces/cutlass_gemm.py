@@ -1,4 +1,4 @@
-"""Search space of the CUTLASS library GEMMs (``kernel_templates/cutlass``).
+"""Search space of the CUTLASS library GEMMs (``kernel_templates/gemm/cutlass``).
 
 A configuration is a plain dict::
 
@@ -16,7 +16,7 @@ schedulers and cost no recompilation:
   data-parallel and stream-K. Other kernels take 1 only.
 
 This module never imports torch or ``cutlass_library``: operations are described by any object
-with the attributes of ``OpLike`` (``kernel_templates.cutlass.CutlassOp`` has them).
+with the attributes of ``OpLike`` (``kernel_templates.gemm.cutlass.CutlassOp`` has them).
 ``nvMatmulHeuristics`` is imported lazily, only by ``rank``.
 """
 
@@ -95,7 +95,7 @@ def configs(problem: GemmProblem, op: OpLike) -> list[dict[str, Any]]:
 def violations(problem: GemmProblem, config: dict[str, Any],
                ops: dict[str, OpLike]) -> list[str]:
     """Every rule ``config`` breaks for ``problem`` (empty: feasible). ``ops`` maps the names of
-    the operations that serve the problem (``kernel_templates.cutlass.ops_for``) to them."""
+    the operations that serve the problem (``kernel_templates.gemm.cutlass.ops_for``) to them."""
     missing = [k for k in ("op", *KNOBS) if k not in config]
     if missing:
         return [f"missing key(s) {', '.join(missing)}"]

@@ -1,4 +1,4 @@
-"""Search space of the tiled Triton GEMM (``kernel_templates/triton/gemm.py``).
+"""Search space of the tiled Triton GEMM (``kernel_templates/gemm/triton.py``).
 
 A configuration is a plain dict with the template's meta-parameters::
 
@@ -8,8 +8,12 @@ A configuration is a plain dict with the template's meta-parameters::
 The decision loop (``search.decision``) searches the space in *tiers*, cheapest ideas first:
 ``tiles`` (tiles, stages, warps; no split), ``split_k`` (the same with K split), ``hopper`` (the
 persistent TMA kernel; sm_90 only) and ``precision``
-(tf32 for fp32 inputs, where the job's policy allows it). Each tier adds its own keys; a config
-without them is the plain kernel.
+(tf32 for fp32 inputs, where the job's policy allows it). Each tier varies its own keys.
+
+Every configuration this space emits is complete (``complete``): besides ``PARAMS`` it names
+each of the template's other keys (``DEFAULTS``, and the split-K reduction ``SPLITK_MODE`` and
+``FANIN``), so a stored configuration fixes the kernel it ran. A configuration without some of
+them (one recorded before they existed) means the defaults ``complete`` fills in.
 
 Each dimension is a small typed fragment (power-of-two or enum); the static constraints in
 ``search.constraints`` reject what cannot compile or cannot help before anything reaches a GPU.
@@ -39,6 +43,45 @@ _TIER_PARAMS = {
 }
 
 
+#: The template's keys beyond ``PARAMS`` and the value each takes when absent: the plain kernel
+#: (``kernel_templates.gemm.triton`` documents each). ``SPLITK_MODE`` and ``FANIN`` are not
+#: here: their default depends on ``SPLIT_K`` (``splitk_mode``, ``fanin``).
+DEFAULTS: dict[str, Any] = {
+    "PERSISTENT": 0, "WARP_SPECIALIZE": 0, "num_ctas": 1, "INPUT_PRECISION": "ieee",
+    "LOADS": "auto", "FLATTEN": 1, "TMA_STORE": 0, "WS_LOOP": "k",
+}
+SPLITK_MODES = ("serial", "two_launch")
+#: Serial split-K up to this many slices, two launches beyond: on an H100 serial saved 1.2-2.8 us
+#: at SPLIT_K 2-8 and lost 2-7 us at SPLIT_K 32-128 (docs/notes/kernels.md).
+SERIAL_MAX_SPLIT = 8
+
+
+def splitk_mode(split_k: int) -> str:
+    """How ``SPLIT_K`` slices are summed by default: ``"serial"`` (the last program of a tile
+    sums, in the GEMM launch) up to ``SERIAL_MAX_SPLIT`` slices, ``"two_launch"`` beyond."""
+    return "serial" if split_k <= SERIAL_MAX_SPLIT else "two_launch"
+
+
+def fanin(split_k: int, mode: str) -> int:
+    """Slices per first-level group of the serial reduction by default: all of them up to 16
+    (one level), else about sqrt(SPLIT_K), so the last program of a tile reads ~2 sqrt(SPLIT_K)
+    partial tiles instead of SPLIT_K. 1 where nothing is summed serially."""
+    if mode != "serial" or split_k <= 1:
+        return 1
+    if split_k <= 16:
+        return split_k
+    return 1 << (split_k.bit_length() // 2)
+
+
+def complete(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with every key of the template, each absent one at its default (``DEFAULTS``;
+    ``SPLITK_MODE`` and ``FANIN`` from ``SPLIT_K``). Values given are kept as they are (the
+    template validates them)."""
+    split_k = int(config.get("SPLIT_K", 1))
+    mode = config.get("SPLITK_MODE", splitk_mode(split_k))
+    return {**DEFAULTS, "SPLITK_MODE": mode, "FANIN": fanin(split_k, mode), **config}
+
+
 _BLOCK_M = (16, 32, 64, 128, 256)
 _BLOCK_N = (32, 64, 128, 256)
 
@@ -59,7 +102,7 @@ def _up_to(values: tuple[int, ...], size: int) -> tuple[int, ...]:
 
 
 def params(tier: str | None = None) -> tuple[str, ...]:
-    """The keys of a configuration of ``tier`` (``None``: the untiered space)."""
+    """The keys ``tier`` searches (``None``: the untiered space); ``complete`` adds the rest."""
     return PARAMS if tier is None else _TIER_PARAMS[tier]
 
 
@@ -100,7 +143,7 @@ def tier_plans(problem: GemmProblem, *, mode: str, cc: str, sm_count: int,
     and why; the decision explains skipped tiers with these reasons. fp8 has no Triton
     template, so for fp8 no tier applies and the decision is the library's."""
     if problem.dtype not in TEMPLATE_DTYPES:
-        why = (f"no {problem.dtype} Triton template (kernel_templates/triton multiplies "
+        why = (f"no {problem.dtype} Triton template (kernel_templates/gemm/triton.py multiplies "
                f"{', '.join(TEMPLATE_DTYPES)}); the library kernels serve it")
         return tuple(TierPlan(t, TIER_WEIGHTS[t], False, why) for t in TIERS)
     sms = sm_count or 132
@@ -145,7 +188,7 @@ def tier_plans(problem: GemmProblem, *, mode: str, cc: str, sm_count: int,
 def seeds(problem: GemmProblem, tier: str | None = None) -> list[dict[str, Any]]:
     """Known-good starting points (from the Triton matmul tutorial's configs and from the
     measurements under ``tests/data``): big tiles for big problems, split-K for skinny ones;
-    in a tier, the ones of that tier (with its keys added)."""
+    in a tier, the ones of that tier (with its keys added). Complete configurations."""
     big = [
         dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8,
              num_stages=3),
@@ -193,4 +236,4 @@ def seeds(problem: GemmProblem, tier: str | None = None) -> list[dict[str, Any]]
     elif tier == "precision":
         ordered = [{**s, "INPUT_PRECISION": "tf32"} for s in ordered]
     legal = {c.name: set(c.values) for c in space(problem, tier)}
-    return [s for s in ordered if all(s[p] in legal[p] for p in params(tier))]
+    return [complete(s) for s in ordered if all(s[p] in legal[p] for p in params(tier))]

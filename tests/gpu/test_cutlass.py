@@ -27,7 +27,7 @@ PROBLEMS = [
 @pytest.fixture(scope="module")
 def seeds() -> dict[str, list[dict[str, Any]]]:
     """Each problem's best-ranked seed and a few knob settings of its op, built."""
-    from kernel_templates import cutlass as kc
+    from kernel_templates.gemm import cutlass as kc
     from search.spaces import cutlass_gemm as space
 
     missing = kc.cutlass_available()

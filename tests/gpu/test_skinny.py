@@ -11,14 +11,15 @@ from typing import Any
 import pytest
 import torch
 
-from kernel_templates.inputs import make_inputs
-from kernel_templates.reference import reference_matmul, rel_error
-from kernel_templates.triton import gemm, skinny
+from kernel_templates.gemm import skinny
+from kernel_templates.gemm import triton as gemm
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import reference_matmul, rel_error
 from search.types import GemmProblem
 
 pytestmark = pytest.mark.gpu
 
-TOL = 1e-2  # bf16 (kernel_templates.reference.BASE_TOLERANCE)
+TOL = 1e-2  # bf16 (kernel_templates.gemm.reference.BASE_TOLERANCE)
 
 
 def sk(bm: int, bn: int, bk: int, split: int, w: int, s: int, mode: str = "barrier",

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from kernel_templates.inputs import make_inputs
-from kernel_templates.reference import reference_matmul, rel_error
-from kernel_templates.triton import gemm
+from kernel_templates.gemm import triton as gemm
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import reference_matmul, rel_error
 from search.types import GemmProblem
 
 pytestmark = pytest.mark.gpu

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kernel_templates import cutlass as kc
-from kernel_templates.cutlass.compile import CutlassCache, Toolchain, build, cache_key
-from kernel_templates.cutlass.enumerate import CutlassOp
-from kernel_templates.cutlass.render import render, symbols
+from kernel_templates.gemm import cutlass as kc
+from kernel_templates.gemm.cutlass.compile import CutlassCache, Toolchain, build, cache_key
+from kernel_templates.gemm.cutlass.enumerate import CutlassOp
+from kernel_templates.gemm.cutlass.render import render, symbols
 from search.types import GemmProblem
 
 BF16_TN = GemmProblem(m=4096, n=4096, k=4096, layout_b="col")
@@ -285,8 +285,8 @@ def _gpu_sample() -> list[tuple[GemmProblem, CutlassOp, dict]]:
 def test_gpu_sample_matches_torch() -> None:
     import torch
 
-    from kernel_templates.inputs import make_inputs
-    from kernel_templates.reference import reference_matmul, rel_error
+    from kernel_templates.gemm.inputs import make_inputs
+    from kernel_templates.gemm.reference import reference_matmul, rel_error
 
     sample = _gpu_sample()
     ops = list({op.name: op for _, op, _ in sample}.values())

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from kernel_templates.errors import Unsupported
-from kernel_templates.inputs import FP8_SPREAD, make_inputs
-from kernel_templates.reference import (
+from kernel_templates.gemm.inputs import FP8_SPREAD, make_inputs
+from kernel_templates.gemm.reference import (
     FP8_TOLERANCE,
     reference_for,
     reference_matmul,
@@ -153,7 +153,7 @@ def test_gpu_scaled_mm_through_the_registry(shape: tuple[int, int, int]) -> None
 @pytest.mark.parametrize("out", ["bf16", "fp16", "fp32"])
 def test_gpu_cutlass_fp8_through_the_registry_matches_scaled_mm(out: str) -> None:
     pytest.importorskip("cutlass_library")
-    from kernel_templates import cutlass as kc
+    from kernel_templates.gemm import cutlass as kc
     from search.spaces.cutlass_gemm import seeds
 
     p = GemmProblem(m=1000, n=3008, k=2048, dtype="fp8_e4m3", out_dtype=out, layout_b="col")

@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from kernel_templates.inputs import make_inputs
-from kernel_templates.reference import reference_matmul, rel_error, tolerance
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import reference_matmul, rel_error, tolerance
 from search.types import GemmProblem
 
 

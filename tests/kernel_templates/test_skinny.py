@@ -1,4 +1,4 @@
-"""Contract checks of the skinny split-K template (kernel_templates/triton/skinny.py).
+"""Contract checks of the skinny split-K template (kernel_templates/gemm/skinny.py).
 
 CPU cases run in the Triton interpreter (tiny shapes, fp16/fp32: bf16 tl.dot is wrong there):
 every mode and split against a float64 reference on random inputs into NaN-poisoned outputs,
@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from kernel_templates.errors import InvalidConfig, Unsupported
-from kernel_templates.inputs import make_inputs
-from kernel_templates.reference import reference_matmul, rel_error, tolerance
-from kernel_templates.triton import skinny
-from kernel_templates.triton.skinny import check_skinny_config, matmul_skinny
+from kernel_templates.gemm import skinny
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import reference_matmul, rel_error, tolerance
+from kernel_templates.gemm.skinny import check_skinny_config, matmul_skinny
 from search.types import GemmProblem
 
 

@@ -4,14 +4,17 @@ shapes, small tiles); ``gpu`` cases run bf16 on real shapes."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from kernel_templates.errors import InvalidConfig, Unsupported
-from kernel_templates.inputs import make_inputs
-from kernel_templates.reference import reference_matmul, rel_error, tolerance
-from kernel_templates.triton import gemm
-from kernel_templates.triton.gemm import bytes_moved, flops, matmul
+from kernel_templates.gemm import triton as gemm
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import reference_matmul, rel_error, tolerance
+from kernel_templates.gemm.triton import bytes_moved, flops, matmul
+from search.spaces import triton_gemm
 from search.types import GemmProblem
 
 
@@ -20,11 +23,17 @@ def small(split_k: int = 1, group_m: int = 2, bk: int = 16) -> dict[str, int]:
                 num_warps=4, num_stages=2)
 
 
-def check(problem: GemmProblem, config: dict[str, int], device: str, seed: int = 0,
+def loads(config: dict[str, Any], tma: bool | None) -> dict[str, Any]:
+    """``config`` with the ``LOADS`` key for ``tma`` (True: TMA, False: pointers, None: as
+    given, else automatic)."""
+    return config if tma is None else {**config, "LOADS": "tma" if tma else "pointer"}
+
+
+def check(problem: GemmProblem, config: dict[str, Any], device: str, seed: int = 0,
           tma: bool | None = None) -> float:
     inp = make_inputs(problem, device, seed)
     assert torch.isnan(inp.out).all()  # poisoned: anything unwritten fails below
-    res = matmul(inp.a, inp.b, config, out=inp.out, tma=tma)
+    res = matmul(inp.a, inp.b, loads(config, tma), out=inp.out)
     assert res is inp.out
     err = rel_error(inp.out, reference_matmul(inp.a, inp.b))
     assert err <= tolerance(problem), (problem, config, err)
@@ -50,12 +59,13 @@ def test_split_k(split_k: int, m: int, n: int, k: int, device: str) -> None:
 
 
 @pytest.fixture(params=["serial", "serial_fanin2", "two_launch"])
-def splitk_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each split-K reduction: one launch (flat, and two-level with groups of 2), two launches."""
+def splitk_mode(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Each split-K reduction (config keys): one launch (flat, and two-level with groups of 2),
+    two launches."""
     mode = request.param
-    monkeypatch.setattr(gemm, "SPLITK_MODE", "two_launch" if mode == "two_launch" else "serial")
-    monkeypatch.setattr(gemm, "SERIAL_FANIN", 2 if mode == "serial_fanin2" else None)
-    return mode
+    if mode == "serial_fanin2":
+        return {"SPLITK_MODE": "serial", "FANIN": 2}
+    return {"SPLITK_MODE": mode}
 
 
 def counters_are_zero(device: str) -> bool:
@@ -66,34 +76,33 @@ def counters_are_zero(device: str) -> bool:
 @pytest.mark.parametrize("dtype", ["fp16", "fp32"])
 @pytest.mark.parametrize("split_k", [2, 4, 8])
 @pytest.mark.parametrize(("m", "n", "k"), [(33, 65, 97), (64, 64, 256)])
-def test_split_k_modes(dtype: str, split_k: int, m: int, n: int, k: int, splitk_mode: str,
-                       device: str) -> None:
+def test_split_k_modes(dtype: str, split_k: int, m: int, n: int, k: int,
+                       splitk_mode: dict[str, Any], device: str) -> None:
     # Two consecutive calls on fresh inputs, both right: the first left its counters at zero.
     p = GemmProblem(m=m, n=n, k=k, dtype=dtype)
-    check(p, small(split_k), device, seed=split_k)
+    check(p, {**small(split_k), **splitk_mode}, device, seed=split_k)
     assert counters_are_zero(device)
-    check(p, small(split_k), device, seed=split_k + 100)
+    check(p, {**small(split_k), **splitk_mode}, device, seed=split_k + 100)
     assert counters_are_zero(device)
 
 
 @pytest.mark.parametrize("split_k", [2, 4])
-def test_split_k_modes_batch_and_tma(split_k: int, splitk_mode: str, device: str) -> None:
+def test_split_k_modes_batch_and_tma(split_k: int, splitk_mode: dict[str, Any],
+                                     device: str) -> None:
     check(GemmProblem(m=20, n=40, k=72, batch=2, dtype="fp32", layout_b="col"),
-          small(split_k), device)
-    check(GemmProblem(m=40, n=56, k=88, dtype="fp16", layout_a="col"), small(split_k), device,
-          tma=True)
+          {**small(split_k), **splitk_mode}, device)
+    check(GemmProblem(m=40, n=56, k=88, dtype="fp16", layout_a="col"),
+          {**small(split_k), **splitk_mode}, device, tma=True)
     assert counters_are_zero(device)
 
 
-def test_split_k_modes_agree_and_are_deterministic(monkeypatch: pytest.MonkeyPatch,
-                                                   device: str) -> None:
+def test_split_k_modes_agree_and_are_deterministic(device: str) -> None:
     inp = make_inputs(GemmProblem(m=17, n=33, k=260, dtype="fp32"), device, 3)
     outs = {}
     for mode, fanin in [("serial", None), ("serial", 2), ("two_launch", None)]:
-        monkeypatch.setattr(gemm, "SPLITK_MODE", mode)
-        monkeypatch.setattr(gemm, "SERIAL_FANIN", fanin)
-        first = matmul(inp.a, inp.b, small(8)).clone()
-        assert torch.equal(first, matmul(inp.a, inp.b, small(8)))
+        cfg = {**small(8), "SPLITK_MODE": mode, **({} if fanin is None else {"FANIN": fanin})}
+        first = matmul(inp.a, inp.b, cfg).clone()
+        assert torch.equal(first, matmul(inp.a, inp.b, cfg))
         outs[mode, fanin] = first
     ref = reference_matmul(inp.a, inp.b)
     for out in outs.values():
@@ -101,27 +110,27 @@ def test_split_k_modes_agree_and_are_deterministic(monkeypatch: pytest.MonkeyPat
 
 
 def test_fanin() -> None:
-    assert [gemm._fanin(s) for s in (2, 8, 16, 32, 64, 128)] == [2, 8, 16, 8, 8, 16]
+    assert [triton_gemm.fanin(s, "serial") for s in (2, 8, 16, 32, 64, 128)] == [2, 8, 16, 8,
+                                                                                8, 16]
+    assert triton_gemm.fanin(4, "two_launch") == 1 and triton_gemm.fanin(1, "serial") == 1
 
 
 def test_auto_mode_picks_serial_for_few_slices(monkeypatch: pytest.MonkeyPatch,
                                                device: str) -> None:
-    # "auto" (the default): serial up to SERIAL_MAX_SPLIT slices (counters used, left at zero),
-    # two launches beyond (no counters touched).
-    monkeypatch.setattr(gemm, "SPLITK_MODE", "auto")
+    # No SPLITK_MODE (a recorded config): serial up to SERIAL_MAX_SPLIT slices (counters used,
+    # left at zero), two launches beyond (no counters touched).
     monkeypatch.setattr(gemm, "_COUNTERS", {})
     p = GemmProblem(m=33, n=65, k=300, dtype="fp32")
-    check(p, small(gemm.SERIAL_MAX_SPLIT * 2), device)
+    check(p, small(triton_gemm.SERIAL_MAX_SPLIT * 2), device)
     assert not gemm._COUNTERS
-    check(p, small(gemm.SERIAL_MAX_SPLIT), device)
+    check(p, small(triton_gemm.SERIAL_MAX_SPLIT), device)
     assert gemm._COUNTERS and counters_are_zero(device)
 
 
-def test_unknown_splitk_mode(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
-    monkeypatch.setattr(gemm, "SPLITK_MODE", "atomic")
+def test_unknown_splitk_mode(device: str) -> None:
     inp = make_inputs(GemmProblem(m=16, n=32, k=64, dtype="fp32"), device, 0)
-    with pytest.raises(ValueError):
-        matmul(inp.a, inp.b, small(2))
+    with pytest.raises(InvalidConfig, match="SPLITK_MODE"):
+        matmul(inp.a, inp.b, {**small(2), "SPLITK_MODE": "atomic"})
 
 
 @pytest.mark.parametrize("split_k", [1, 2])
@@ -143,7 +152,7 @@ def test_tma_path(layouts: str, split_k: int, device: str) -> None:
 def test_tma_refused_when_misaligned(device: str) -> None:
     inp = make_inputs(GemmProblem(m=33, n=65, k=97, dtype="fp16"), device, 0)
     with pytest.raises(Unsupported):
-        matmul(inp.a, inp.b, small(), tma=True)
+        matmul(inp.a, inp.b, loads(small(), True))
 
 
 def test_split_k_is_deterministic(device: str) -> None:

@@ -1,7 +1,8 @@
-"""The Triton GEMM template's optional keys: PERSISTENT, WARP_SPECIALIZE, num_ctas and
-INPUT_PRECISION. Validation and the interpreter paths run on the CPU (the interpreter ignores
-warp specialisation and clusters, and computes tf32 dots in full fp32); ``gpu`` cases check
-the compiled kernels against the float64 reference on aligned and ragged shapes."""
+"""The Triton GEMM template's optional keys: PERSISTENT, WARP_SPECIALIZE, num_ctas,
+INPUT_PRECISION, LOADS, the split-K reduction's and the persistent kernel's (FLATTEN,
+TMA_STORE, WS_LOOP). Validation and the interpreter paths run on the CPU (the interpreter
+ignores warp specialisation and clusters, and computes tf32 dots in full fp32); ``gpu`` cases
+check the compiled kernels against the float64 reference on aligned and ragged shapes."""
 
 from __future__ import annotations
 
@@ -11,16 +12,17 @@ import pytest
 import torch
 
 from kernel_templates.errors import InvalidConfig, Unsupported
-from kernel_templates.inputs import make_inputs
-from kernel_templates.reference import (
+from kernel_templates.gemm import triton as gemm
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import (
     TF32_TOLERANCE,
     reference_matmul,
     rel_error,
     tolerance,
     tolerance_for,
 )
-from kernel_templates.triton import gemm
-from kernel_templates.triton.gemm import check_config, matmul
+from kernel_templates.gemm.triton import check_config, matmul
+from search.spaces import triton_gemm
 from search.types import GemmProblem
 
 LAY = {"r": "row", "c": "col"}
@@ -31,21 +33,47 @@ def small(**extra: Any) -> dict[str, Any]:
                 num_stages=2, **extra)
 
 
+def loads(config: dict[str, Any], tma: bool | None) -> dict[str, Any]:
+    """``config`` with the ``LOADS`` key for ``tma`` (True: TMA, False: pointers, None: as
+    given, else automatic)."""
+    return config if tma is None else {**config, "LOADS": "tma" if tma else "pointer"}
+
+
 def check(problem: GemmProblem, config: dict[str, Any], device: str, seed: int = 0,
           tma: bool | None = None) -> float:
     inp = make_inputs(problem, device, seed)
     assert torch.isnan(inp.out).all()  # poisoned: anything unwritten fails below
-    assert matmul(inp.a, inp.b, config, out=inp.out, tma=tma) is inp.out
+    assert matmul(inp.a, inp.b, loads(config, tma), out=inp.out) is inp.out
     err = rel_error(inp.out, reference_matmul(inp.a, inp.b))
     assert err <= tolerance_for(problem, config), (problem, config, err)
     return err
 
 
 # -- check_config -------------------------------------------------------------------------------
-def test_absent_keys_change_nothing() -> None:
+def test_absent_keys_mean_the_defaults() -> None:
+    # A config without the optional keys (one recorded before they existed) means the plain
+    # kernel: check_config fills in the defaults the search space's complete configs carry.
     base = small()
-    assert check_config(base) == base
-    assert set(check_config(base)) == set(gemm.CONFIG_KEYS)
+    assert check_config(base) == triton_gemm.complete(base)
+    assert set(check_config(base)) == set(gemm.CONFIG_KEYS) | set(gemm.OPTIONAL_KEYS)
+    assert {k: check_config(base)[k] for k in gemm.CONFIG_KEYS} == base
+    assert check_config(triton_gemm.complete(base)) == check_config(base)
+
+
+def test_search_space_configs_are_complete() -> None:
+    # What the search emits names every key, so a stored config fixes the kernel it ran.
+    problem = GemmProblem(m=64, n=64, k=65536, dtype="bf16")
+    for tier in triton_gemm.TIERS:
+        for cfg in triton_gemm.seeds(problem, tier):
+            assert set(cfg) == set(gemm.CONFIG_KEYS) | set(gemm.OPTIONAL_KEYS), tier
+            assert check_config(cfg) == cfg
+
+
+def test_splitk_defaults_follow_split_k() -> None:
+    assert check_config(small())["SPLITK_MODE"] == "serial"
+    many = check_config({**small(), "SPLIT_K": 2 * triton_gemm.SERIAL_MAX_SPLIT})
+    assert many["SPLITK_MODE"] == "two_launch" and many["FANIN"] == 1
+    assert check_config({**small(), "SPLIT_K": 64, "SPLITK_MODE": "serial"})["FANIN"] == 8
 
 
 @pytest.mark.parametrize(("key", "values"), [
@@ -53,11 +81,16 @@ def test_absent_keys_change_nothing() -> None:
     ("WARP_SPECIALIZE", [0, 1]),
     ("num_ctas", [1, 2]),
     ("INPUT_PRECISION", ["ieee", "tf32", "tf32x3"]),
+    ("LOADS", ["auto", "tma", "pointer"]),
+    ("SPLITK_MODE", ["serial", "two_launch"]),
+    ("FLATTEN", [0, 1]),
+    ("TMA_STORE", [0, 1]),
+    ("WS_LOOP", ["k", "tiles"]),
 ])
 def test_optional_keys_accepted(key: str, values: list[Any]) -> None:
     for v in values:
         cfg = check_config(small(**{key: v}))
-        assert cfg[key] == v and type(cfg[key]) is (str if key == "INPUT_PRECISION" else int)
+        assert cfg[key] == v and type(cfg[key]) is (str if isinstance(v, str) else int)
 
 
 @pytest.mark.parametrize(("extra", "words"), [
@@ -71,6 +104,14 @@ def test_optional_keys_accepted(key: str, values: list[Any]) -> None:
     (dict(INPUT_PRECISION="TF32"), "INPUT_PRECISION"),
     (dict(PERSISTENT=1, SPLIT_K=2), "SPLIT_K=1"),
     (dict(num_ctas=2, SPLIT_K=4), "SPLIT_K=1"),
+    (dict(LOADS="TMA"), "LOADS"),
+    (dict(SPLITK_MODE="auto"), "SPLITK_MODE"),
+    (dict(SPLITK_MODE="serial", FANIN=8, SPLIT_K=4), "FANIN"),
+    (dict(SPLITK_MODE="two_launch", FANIN=2, SPLIT_K=4), "FANIN"),
+    (dict(FLATTEN=2), "FLATTEN"),
+    (dict(TMA_STORE="1"), "TMA_STORE"),
+    (dict(WS_LOOP="both"), "WS_LOOP"),
+    (dict(SPLIT_MODE="serial"), "unknown config keys"),
 ])
 def test_bad_optional_values(extra: dict[str, Any], words: str) -> None:
     cfg = small(**{k: v for k, v in extra.items() if k != "SPLIT_K"})
@@ -114,8 +155,8 @@ def test_persistent_refuses_what_tma_cannot_load(device: str) -> None:
     with pytest.raises(Unsupported, match="batch"):
         matmul(batched.a, batched.b, small(PERSISTENT=1))
     inp = make_inputs(GemmProblem(m=16, n=32, k=32, dtype="fp16"), device, 0)
-    with pytest.raises(Unsupported, match="tma=False"):
-        matmul(inp.a, inp.b, small(PERSISTENT=1), tma=False)
+    with pytest.raises(Unsupported, match="LOADS='pointer'"):
+        matmul(inp.a, inp.b, small(PERSISTENT=1, LOADS="pointer"))
 
 
 def test_warp_specialize_needs_tma(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
@@ -126,13 +167,13 @@ def test_warp_specialize_needs_tma(monkeypatch: pytest.MonkeyPatch, device: str)
             matmul(inp.a, inp.b, small(WARP_SPECIALIZE=1))
     # Pointer loads asked for explicitly: the key cannot apply.
     with pytest.raises((InvalidConfig, Unsupported), match="WARP_SPECIALIZE"):
-        matmul(inp.a, inp.b, small(WARP_SPECIALIZE=1), tma=False)
+        matmul(inp.a, inp.b, small(WARP_SPECIALIZE=1, LOADS="pointer"))
 
 
 def test_hopper_keys_unsupported_before_hopper(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gemm, "_cc_major", lambda device: 8)
+    monkeypatch.setattr(gemm, "cc_major", lambda device: 8)
     cuda = torch.device("cuda")
-    gemm._check_device(small(), cuda)  # nothing asked: fine on any GPU
+    gemm._check_device(check_config(small()), cuda)  # nothing asked: fine on any GPU
     for extra in (dict(PERSISTENT=1), dict(WARP_SPECIALIZE=1), dict(num_ctas=2)):
         with pytest.raises(Unsupported, match="Hopper"):
             gemm._check_device(check_config(small(**extra)), cuda)
@@ -168,14 +209,12 @@ def test_persistent_matches_tiled_bitwise_in_the_interpreter(device: str) -> Non
 
 
 @pytest.mark.parametrize("tma_store", [True, False])
-def test_persistent_store_paths(tma_store: bool, monkeypatch: pytest.MonkeyPatch,
-                                device: str) -> None:
+def test_persistent_store_paths(tma_store: bool, device: str) -> None:
     # n=50: C's fp16 rows (100 bytes) are not 16-byte aligned, so C is stored through pointers
-    # even where TMA stores are on; n=56 takes the TMA store unless the seam turns it off.
-    monkeypatch.setattr(gemm, "PERSISTENT_TMA_STORE", tma_store)
+    # even where TMA stores are on; n=56 takes the TMA store unless the key turns it off.
     for n in (50, 56):
-        check(GemmProblem(m=40, n=n, k=88, dtype="fp16", layout_b="col"), small(PERSISTENT=1),
-              device, seed=n)
+        check(GemmProblem(m=40, n=n, k=88, dtype="fp16", layout_b="col"),
+              small(PERSISTENT=1, TMA_STORE=int(tma_store)), device, seed=n)
 
 
 def test_out_dtype_differs_persistent(device: str) -> None:
@@ -203,16 +242,15 @@ def test_num_ctas_refused_with_column_major_a_through_tma(device: str) -> None:
     with pytest.raises(Unsupported, match="num_ctas"):
         matmul(inp.a, inp.b, small(num_ctas=2, PERSISTENT=1))
     with pytest.raises(Unsupported, match="num_ctas"):
-        matmul(inp.a, inp.b, small(num_ctas=2), tma=True)
+        matmul(inp.a, inp.b, small(num_ctas=2, LOADS="tma"))
     check(p, small(num_ctas=2), device)
     check(GemmProblem(m=40, n=56, k=88, dtype="fp16", layout_b="col"),
           small(num_ctas=2, PERSISTENT=1), device)
 
 
-def test_warp_specialize_on_the_tile_loop(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
-    monkeypatch.setattr(gemm, "PERSISTENT_WS_LOOP", "tiles")
-    check(GemmProblem(m=40, n=56, k=88, dtype="fp16"), small(PERSISTENT=1, WARP_SPECIALIZE=1),
-          device)
+def test_warp_specialize_on_the_tile_loop(device: str) -> None:
+    check(GemmProblem(m=40, n=56, k=88, dtype="fp16"),
+          small(PERSISTENT=1, WARP_SPECIALIZE=1, WS_LOOP="tiles"), device)
 
 
 @pytest.mark.parametrize("precision", ["tf32", "tf32x3"])
@@ -235,8 +273,11 @@ def test_tolerance_for() -> None:
 
 
 def test_execute_checks_with_tolerance_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The worker's correctness check goes through tolerance_for with the candidate's config.
-    import kernel_templates.reference as reference
+    # The worker's correctness check goes through the kind's tolerance (tolerance_for) with the
+    # candidate's config.
+    from dataclasses import replace
+
+    from kernel_templates import registry
     from workers.execute import execute
 
     seen: list[Any] = []
@@ -245,7 +286,9 @@ def test_execute_checks_with_tolerance_for(monkeypatch: pytest.MonkeyPatch) -> N
         seen.append(config)
         return 1.0
 
-    monkeypatch.setattr(reference, "tolerance_for", spy)
+    gemm_kind = registry.kernel_kind("gemm")
+    assert gemm_kind.tolerance is tolerance_for
+    monkeypatch.setitem(registry.KINDS, "gemm", replace(gemm_kind, tolerance=spy))
     cand = {"backend": "triton", "config": small(INPUT_PRECISION="tf32"),
             "problem": GemmProblem(m=16, n=32, k=32, dtype="fp32").to_dict()}
     res = execute(cand, {"interpret": True, "seed": 1, "interpreter_reps": 1})
@@ -333,9 +376,8 @@ def test_num_ctas_gpu(path: str, layouts: str, m: int, n: int, k: int) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("ws_loop", ["k", "tiles"])
 @pytest.mark.parametrize("layouts", ["rr", "cc"])
-def test_warp_specialize_loops_gpu(ws_loop: str, layouts: str,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gemm, "PERSISTENT_WS_LOOP", ws_loop)
+def test_warp_specialize_loops_gpu(ws_loop: str, layouts: str) -> None:
     p = GemmProblem(m=1000, n=3000, k=2000, dtype="bf16", layout_a=LAY[layouts[0]],
                     layout_b=LAY[layouts[1]])
-    assert check(p, GPU_FAMILIES["persistent_ws"], "cuda", seed=9) < 5e-3
+    cfg = {**GPU_FAMILIES["persistent_ws"], "WS_LOOP": ws_loop}
+    assert check(p, cfg, "cuda", seed=9) < 5e-3

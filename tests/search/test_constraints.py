@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from search.constraints import DeviceLimits, smem_bytes, violations
-from search.spaces.triton_gemm import PARAMS, seeds, space
+from search.spaces.triton_gemm import PARAMS, complete, seeds, space
 from search.types import GemmProblem, ProblemError
 
 H100 = DeviceLimits(smem_per_block=232_448)
@@ -50,7 +50,7 @@ def test_seeds_are_in_the_space_and_mostly_feasible(shape: tuple[int, int, int])
     configs = seeds(problem)
     assert configs
     for config in configs:
-        assert set(config) == set(PARAMS)
+        assert config == complete({p: config[p] for p in PARAMS})  # PARAMS, then defaults
         assert all(config[p] in legal[p] for p in PARAMS)
     assert any(violations(problem, c, H100) == [] for c in configs)
 

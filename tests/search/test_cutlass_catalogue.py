@@ -1,6 +1,6 @@
 """The CUTLASS catalogue a worker declares: its wire form round-trips, stays a reasonable HTTP
 body, and the service's filter over it picks exactly the operations the GPU host's own
-enumeration does (``kernel_templates.cutlass.ops_for``)."""
+enumeration does (``kernel_templates.gemm.cutlass.ops_for``)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ PROBLEMS = [GemmProblem(m=512, n=512, k=512, dtype="fp16"),
 @pytest.fixture(scope="module")
 def declared() -> Catalogue:
     pytest.importorskip("cutlass_library")
-    from kernel_templates import cutlass as kc
+    from kernel_templates.gemm import cutlass as kc
 
     return kc.catalogue()
 
@@ -41,7 +41,7 @@ def test_the_wire_form_round_trips_in_a_reasonable_body(declared: Catalogue) -> 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.key())
 def test_the_service_filter_agrees_with_the_hosts_enumeration(
         declared: Catalogue, problem: GemmProblem) -> None:
-    from kernel_templates import cutlass as kc
+    from kernel_templates.gemm import cutlass as kc
 
     back = Catalogue.decode(json.loads(json.dumps(declared.encode())))
     ops, why = filter_ops(problem, back.ops)

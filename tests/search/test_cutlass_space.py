@@ -113,7 +113,7 @@ def test_heuristics_gpu_names() -> None:
 
 def test_rank_uses_nvmatmulheuristics_for_the_named_gpu() -> None:
     pytest.importorskip("nvMatmulHeuristics")
-    from kernel_templates.cutlass import ops_for
+    from kernel_templates.gemm.cutlass import ops_for
 
     ops = ops_for(P)
     h100 = space.rank(P, ops, gpu="H100_SXM")
@@ -131,7 +131,7 @@ def test_rank_uses_nvmatmulheuristics_for_the_named_gpu() -> None:
 
 
 def test_seeds_are_feasible_diverse_and_default_knobs() -> None:
-    from kernel_templates.cutlass import ops_for
+    from kernel_templates.gemm.cutlass import ops_for
 
     ops = ops_for(P)
     by_name = {o.name: o for o in ops}
@@ -237,7 +237,7 @@ def test_direct_store_epilogue_pays_for_the_output_it_writes() -> None:
 def test_seeds_of_a_large_output_leave_direct_store_ops_out() -> None:
     """With the real CUTLASS op list at 4096^3 the six seeds were three TMA ops and their three
     direct-store twins (each measured 1.25-1.3x slower on the H100); now all six store by TMA."""
-    from kernel_templates.cutlass import cutlass_available, ops_for
+    from kernel_templates.gemm.cutlass import cutlass_available, ops_for
 
     missing = cutlass_available()
     if missing:
@@ -259,7 +259,7 @@ def test_the_epilogue_charge_moves_the_recorded_best_op_up(monkeypatch: pytest.M
     import json
     from pathlib import Path
 
-    from kernel_templates.cutlass import cutlass_available, ops_for
+    from kernel_templates.gemm.cutlass import cutlass_available, ops_for
 
     missing = cutlass_available()
     if missing:

@@ -42,7 +42,7 @@ def url(tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def ops() -> list[Any]:
-    from kernel_templates.cutlass import ops_for
+    from kernel_templates.gemm.cutlass import ops_for
 
     return ops_for(PROBLEM)
 
@@ -188,7 +188,7 @@ def _replay_search(url: str, key: str, budget: int) -> tuple[float, float, int |
     recorded time, the best the search found and the trial it was first within 1%."""
     import json
 
-    from kernel_templates.cutlass import ops_for
+    from kernel_templates.gemm.cutlass import ops_for
 
     data = {p["problem_key"]: p for p in json.loads(RECORDED.read_text())["problems"]}[key]
     rec = {(t["op"], t["raster"], t["swizzle"], t["splits"]): t for t in data["trials"]}
@@ -243,7 +243,7 @@ def test_after_the_first_stage_the_search_reaches_the_h100_winner_within_the_pat
     (on the H100 the service's search had stalled after 8 trials of the rank order)."""
     import json
 
-    from kernel_templates.cutlass import ops_for
+    from kernel_templates.gemm.cutlass import ops_for
 
     key = "gemm:b1:m32768:n512:k512:bf16:bf16:fp32:rr"
     data = {p["problem_key"]: p for p in json.loads(RECORDED.read_text())["problems"]}[key]
@@ -277,7 +277,7 @@ def test_ranking_puts_spilling_ping_pong_tiles_after_the_ones_that_fit() -> None
     """A ping-pong kernel gives a whole tile to one warp group: 128x256 is 256 fp32
     accumulators per thread and spills (448 us against 31 us for 128x128 ping-pong at
     32768x512x512 on the H100); nvMatmulHeuristics sees only tile and cluster."""
-    from kernel_templates.cutlass import ops_for
+    from kernel_templates.gemm.cutlass import ops_for
 
     problem = GemmProblem(m=32768, n=512, k=512)
     ops = ops_for(problem)

@@ -52,9 +52,10 @@ def fake_failure(status: str = "compile_error") -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def cutlass_catalogue() -> dict[str, Any]:
     """The operation catalogue a CUTLASS worker declares when it registers, enumerated here the
-    way a GPU host does (``kernel_templates.cutlass.catalogue``: needs ``cutlass_library``)."""
+    way a GPU host does (``kernel_templates.gemm.cutlass.catalogue``: needs
+    ``cutlass_library``)."""
     pytest.importorskip("cutlass_library")
-    from kernel_templates import cutlass as kc
+    from kernel_templates.gemm import cutlass as kc
 
     return kc.catalogue().encode()
 

@@ -53,7 +53,7 @@ def test_the_cutlass_search_runs_within_its_budgets_before_triton(
         for name in ("cutlass_library", "kernel_templates"):
             monkeypatch.setitem(sys.modules, name, None)  # importing it raises ImportError
         with pytest.raises(ImportError):
-            import kernel_templates.cutlass  # noqa: F401
+            import kernel_templates.gemm.cutlass  # noqa: F401
     policy = {"threshold": 0.9, "cutlass_trials": 6, "cutlass_compile_s": 2 * FAKE_COMPILE_S}
     job = driver.submit({"max_trials": 4}, policy=policy)
     w = driver.register(backends=WITH_CUTLASS, cutlass_catalogue=cutlass_catalogue)

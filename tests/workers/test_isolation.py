@@ -88,8 +88,8 @@ def test_prepare_builds_each_cutlass_op_once_then_charges_or_fails_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from pathlib import Path
 
-    from kernel_templates import cutlass as kc
-    from kernel_templates.cutlass.compile import Artifact, BuildResult, CompileError
+    from kernel_templates.gemm import cutlass as kc
+    from kernel_templates.gemm.cutlass.compile import Artifact, BuildResult, CompileError
 
     built: list[list[str]] = []
 

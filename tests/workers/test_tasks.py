@@ -186,7 +186,8 @@ def test_a_pick_wrong_on_the_confirmations_recheck_fails_it(
             return inputs.out
         return call
 
-    monkeypatch.setitem(registry.BACKENDS, "cutlass", sloppy)
+    registry.backends("gemm")  # load the built-in GEMM kernels, then replace one
+    monkeypatch.setitem(registry.FACTORIES, ("gemm", "cutlass"), sloppy)
     config = {"library": {"backend": "cutlass", "config": {}},
               "reference": {"backend": "cublas", "config": {}}, "rounds": 5,
               "library_id": 2, "reference_id": 1}

@@ -29,7 +29,7 @@ def test_cuda_device() -> None:
 
 
 def test_cutlass_is_offered_on_sm90_with_nvcc_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernel_templates import cutlass as kc
+    from kernel_templates.gemm import cutlass as kc
     from workers.device import cutlass_unavailable
 
     assert "compute capability 8.0" in cutlass_unavailable("8.0")

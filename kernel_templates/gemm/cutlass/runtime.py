@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from kernel_templates.cutlass.render import EXTRA_STATUS, RASTER, STATUS_NAMES
+from kernel_templates.errors import LaunchError
+from kernel_templates.gemm.cutlass.render import EXTRA_STATUS, RASTER, STATUS_NAMES
 
 __all__ = ["CutlassError", "CutlassKernel", "TORCH_DTYPES", "status_name"]
 
@@ -29,7 +30,7 @@ _LIBS: dict[str, ctypes.CDLL] = {}
 _LIBS_LOCK = threading.Lock()
 
 
-class CutlassError(RuntimeError):
+class CutlassError(LaunchError):
     """A launcher returned a non-zero status."""
 
     def __init__(self, op: str, code: int, what: str) -> None:

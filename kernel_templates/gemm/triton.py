@@ -7,14 +7,15 @@ tiles of B in L2. A and B may be row- or column-major (any strides); batch is gr
 
 Split-K (``SPLIT_K > 1``): grid axis 1 cuts K into ``SPLIT_K`` slices and each program writes
 its fp32 partial tile to a workspace. Two ways to sum them (``SPLITK_MODE``; by default serial
-up to ``SERIAL_MAX_SPLIT`` slices, two launches beyond, as measured faster on an H100):
+up to ``search.spaces.triton_gemm.SERIAL_MAX_SPLIT`` slices, two launches beyond):
 
 - ``"serial"`` (one launch): after storing its partial, a program bumps a per-tile counter
   (``atomic_add``, acq_rel, gpu scope, after a CTA barrier so every thread's stores are
   released); the program that arrives last sums the slices in a fixed order, casts, stores C and
   resets the counter to zero. With many slices the sum is two-level: groups of ``FANIN``
-  slices are summed by the last arrival of each group, then the group sums by the last group,
-  so no single program reads all ``SPLIT_K`` partials.
+  slices (a config key; by default ``triton_gemm.fanin``) are summed by the last arrival of
+  each group, then the group sums by the last group, so no single program reads all
+  ``SPLIT_K`` partials.
 - ``"two_launch"``: the partials go to ``[SPLIT_K, batch*M*N]`` and a second small kernel sums
   the slices in a fixed order.
 
@@ -28,7 +29,16 @@ Configuration keys (``search.spaces.triton_gemm.PARAMS``)::
 
     BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, num_warps, num_stages
 
-and optional ones (``OPTIONAL_KEYS``), whose absence is exactly the behaviour above:
+and optional ones (``OPTIONAL_KEYS``); ``check_config`` fills each absent one with its default
+(``search.spaces.triton_gemm.complete``, whose configurations always carry them all), so a
+configuration fixes the kernel, whatever the process:
+
+- ``SPLITK_MODE`` (``"serial"``, ``"two_launch"``) and ``FANIN`` (a power of two dividing
+  ``SPLIT_K``, 1 unless the reduction is serial): the split-K reduction above.
+- ``LOADS`` (``"auto"``, ``"tma"``, ``"pointer"``): tiles through Hopper's TMA engine or through
+  pointers; ``"auto"`` (the default) takes TMA wherever it applies: a CUDA device of compute
+  capability 9 or more, bf16/fp16, batch 1, 16-byte aligned operands. ``"tma"`` where the
+  operands cannot be described is ``Unsupported``; the interpreter runs ``"tma"`` too.
 
 - ``PERSISTENT`` (0/1): the persistent kernel (``_gemm_persistent_kernel``): a grid of
   ``min(#SMs // num_ctas, tiles)`` programs, each looping over output tiles in the grouped order,
@@ -43,12 +53,16 @@ and optional ones (``OPTIONAL_KEYS``), whose absence is exactly the behaviour ab
   required, the pointer kernel where TMA was only automatic. Measured ~30% slower on an H100.
 - ``INPUT_PRECISION`` (``"ieee"``, ``"tf32"``, ``"tf32x3"``): ``tl.dot``'s input precision for
   fp32 inputs (default ``"ieee"``: full fp32); bf16/fp16 inputs accept only ``"ieee"``. tf32
-  results need a wider tolerance: ``kernel_templates.reference.tolerance_for``.
+  results need a wider tolerance: ``kernel_templates.gemm.reference.tolerance_for``.
+- ``FLATTEN`` (0/1, default 1), ``TMA_STORE`` (0/1, default 0), ``WS_LOOP`` (``"k"``, the
+  default, or ``"tiles"``): the persistent kernel fuses its tile loop with the K loop into one
+  pipeline, stores C through a TMA descriptor where C's rows are 16-byte aligned, and marks the
+  K loop or the tile loop (as Triton's persistent-matmul tutorial does) for warp
+  specialisation. They change nothing without ``PERSISTENT=1``.
 """
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 import torch
@@ -56,17 +70,27 @@ import triton
 import triton.language as tl
 
 from kernel_templates.errors import InvalidConfig, Unsupported
+from kernel_templates.gemm.host import (
+    DTYPES,
+    cached_buffer,
+    cc_major,
+    check_operands,
+    sm_count,
+    tma_describe,
+)
+from search.spaces.triton_gemm import SPLITK_MODES, complete
 
-__all__ = ["CONFIG_KEYS", "DTYPES", "INPUT_PRECISIONS", "OPTIONAL_KEYS", "bytes_moved",
-           "check_config", "flops", "matmul"]
+__all__ = ["CONFIG_KEYS", "DTYPES", "INPUT_PRECISIONS", "LOADS", "OPTIONAL_KEYS", "bytes_moved",
+           "check_config", "flops", "matmul", "tma_tiles"]
 
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages")
-#: Keys a configuration may carry; each one absent means today's behaviour (the default).
-OPTIONAL_KEYS = ("PERSISTENT", "WARP_SPECIALIZE", "num_ctas", "INPUT_PRECISION")
+#: Keys a configuration may omit: ``check_config`` fills in their defaults.
+OPTIONAL_KEYS = ("PERSISTENT", "WARP_SPECIALIZE", "num_ctas", "INPUT_PRECISION", "SPLITK_MODE",
+                 "FANIN", "LOADS", "FLATTEN", "TMA_STORE", "WS_LOOP")
+#: ``LOADS`` values.
+LOADS = ("auto", "tma", "pointer")
 #: ``INPUT_PRECISION`` values (``tl.dot``'s ``input_precision`` for fp32 inputs).
 INPUT_PRECISIONS = ("ieee", "tf32", "tf32x3")
-#: Input dtypes the template serves (fp8 is left for a later version).
-DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @triton.jit
@@ -333,38 +357,8 @@ def _splitk_reduce_kernel(
 
 # -- launcher -------------------------------------------------------------------------------------
 
-#: ``matmul``'s ``tma`` when the caller passes none: ``None`` is automatic. A benchmark seam.
-TMA_DEFAULT: bool | None = None
-#: How split-K partials are summed: ``"serial"`` (in the GEMM launch, last arrival per tile sums),
-#: ``"two_launch"`` (a second reduce kernel) or ``"auto"``: serial up to ``SERIAL_MAX_SPLIT``
-#: slices, two launches beyond. On an H100 (docs/notes/kernels.md, 2026-11-22) serial saved
-#: 1.2-2.8 us at SPLIT_K 2-8 and lost 2-7 us at SPLIT_K 32-128, where one program per tile
-#: reading SPLIT_K partials is slower than a reduce spread over the whole GPU.
-SPLITK_MODE = "auto"
-SERIAL_MAX_SPLIT = 8
-#: Serial split-K: slices per first-level group (``None``: automatic, see ``_fanin``).
-SERIAL_FANIN: int | None = None
 _WORKSPACE: dict[torch.device, torch.Tensor] = {}
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
-
-
-@cache
-def _cc_major(device: torch.device) -> int:
-    return torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else 0
-
-
-def _describe(t: torch.Tensor, rows: int, cols: int, block: tuple[int, int]):
-    """(descriptor, stored transposed) of a 2-D ``rows x cols`` operand, or ``None``."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    elt = t.element_size()
-    if t.data_ptr() % 16:
-        return None
-    if t.stride(1) == 1 and (t.stride(0) * elt) % 16 == 0:
-        return TensorDescriptor(t, [rows, cols], [t.stride(0), 1], list(block)), False
-    if t.stride(0) == 1 and (t.stride(1) * elt) % 16 == 0:
-        return TensorDescriptor(t, [cols, rows], [t.stride(1), 1], [block[1], block[0]]), True
-    return None
 
 
 def _tma_descriptors(a3: torch.Tensor, b3: torch.Tensor, cfg: dict[str, int], auto: bool):
@@ -372,12 +366,12 @@ def _tma_descriptors(a3: torch.Tensor, b3: torch.Tensor, cfg: dict[str, int], au
     Automatic use needs a Hopper-or-later GPU; asked for explicitly, the interpreter runs it."""
     if a3.shape[0] != 1 or a3.dtype not in (torch.bfloat16, torch.float16):
         return None
-    if (a3.device.type == "cuda" or auto) and _cc_major(a3.device) < 9:
+    if (a3.device.type == "cuda" or auto) and cc_major(a3.device) < 9:
         return None
     _, m, k = a3.shape
     n = b3.shape[2]
-    da = _describe(a3[0], m, k, (cfg["BLOCK_M"], cfg["BLOCK_K"]))
-    db = _describe(b3[0], k, n, (cfg["BLOCK_K"], cfg["BLOCK_N"]))
+    da = tma_describe(a3[0], m, k, (cfg["BLOCK_M"], cfg["BLOCK_K"]))
+    db = tma_describe(b3[0], k, n, (cfg["BLOCK_K"], cfg["BLOCK_N"]))
     if da is None or db is None:
         return None
     return da[0], db[0], da[1], db[1]
@@ -385,46 +379,20 @@ def _tma_descriptors(a3: torch.Tensor, b3: torch.Tensor, cfg: dict[str, int], au
 
 def _workspace(device: torch.device, numel: int) -> torch.Tensor:
     """An fp32 buffer of at least ``numel`` elements on ``device``, reused across calls."""
-    buf = _WORKSPACE.get(device)
-    if buf is None or buf.numel() < numel:
-        buf = torch.empty(max(numel, 1 << 20), dtype=torch.float32, device=device)
-        _WORKSPACE[device] = buf
-    return buf[:numel]
+    return cached_buffer(_WORKSPACE, device, numel, torch.float32, zeroed=False, least=1 << 20)
 
 
 def _counters(device: torch.device, numel: int) -> torch.Tensor:
     """A zeroed int32 buffer of at least ``numel`` counters on ``device``, reused across calls:
     every serial split-K launch leaves the counters it used at zero."""
-    buf = _COUNTERS.get(device)
-    if buf is None or buf.numel() < numel:
-        buf = torch.zeros(max(numel, 1 << 16), dtype=torch.int32, device=device)
-        _COUNTERS[device] = buf
-    return buf[:numel]
-
-
-def _fanin(split_k: int) -> int:
-    """Slices per first-level group of the serial reduction: all of them up to 16 (one level),
-    else about sqrt(SPLIT_K), so the last program of a tile reads ~2 sqrt(SPLIT_K) partial
-    tiles instead of SPLIT_K."""
-    if SERIAL_FANIN is not None:
-        return max(1, min(SERIAL_FANIN, split_k))
-    if split_k <= 16:
-        return split_k
-    return 1 << (split_k.bit_length() // 2)
-
-
-@cache
-def _sm_count(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 4  # interpreter: few programs keep it quick
+    return cached_buffer(_COUNTERS, device, numel, torch.int32, zeroed=True, least=1 << 16)
 
 
 def _reduce_launch(numel: int, split_k: int, device: torch.device) -> tuple[int, int, int]:
     """(BLOCK, CHUNK, num_warps) of the reduce: about two programs per SM or more, each with up
     to 8K fp32 values in flight."""
     block = 1024
-    while block > 64 and triton.cdiv(numel, block) < 2 * _sm_count(device):
+    while block > 64 and triton.cdiv(numel, block) < 2 * sm_count(device):
         block //= 2
     chunk = min(split_k, max(1, 8192 // block))
     return block, chunk, 4
@@ -442,14 +410,25 @@ def _flag(config: dict[str, Any], key: str, allowed: tuple[int, ...]) -> int:
     return iv
 
 
+def _choice(config: dict[str, Any], key: str, allowed: tuple[str, ...]) -> str:
+    """``config[key]`` if among ``allowed``, else InvalidConfig."""
+    v = config[key]
+    if v not in allowed:
+        raise InvalidConfig(f"{key} must be one of {list(allowed)}, got {v!r}")
+    return v
+
+
 def check_config(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` as ints (``INPUT_PRECISION`` as its string), or ``InvalidConfig`` when a key is
-    missing or a value cannot run. Optional keys (``OPTIONAL_KEYS``) are kept only when given,
-    so a configuration without them comes back exactly as before they existed. Rules that need
-    the operands (dtype, device, alignment) are checked by ``matmul``."""
+    """``config`` complete (every optional key, absent ones at their defaults:
+    ``search.spaces.triton_gemm.complete``) with ints as ints, or ``InvalidConfig`` when a
+    required key is missing, a key is unknown or a value cannot run. Rules that need the
+    operands (dtype, device, alignment) are checked by ``matmul``."""
     missing = [k for k in CONFIG_KEYS if k not in config]
     if missing:
         raise InvalidConfig(f"config lacks {missing}")
+    unknown = sorted(set(config) - set(CONFIG_KEYS) - set(OPTIONAL_KEYS))
+    if unknown:
+        raise InvalidConfig(f"unknown config keys {unknown}")
     cfg: dict[str, Any] = {k: int(config[k]) for k in CONFIG_KEYS}
     for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps"):
         v = cfg[k]
@@ -459,20 +438,20 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
         raise InvalidConfig("tl.dot needs BLOCK_M, BLOCK_N and BLOCK_K of at least 16")
     if cfg["GROUP_M"] < 1 or cfg["num_stages"] < 1:
         raise InvalidConfig("GROUP_M and num_stages must be positive")
-    for k in ("PERSISTENT", "WARP_SPECIALIZE"):
-        if k in config:
-            cfg[k] = _flag(config, k, (0, 1))
-    if "num_ctas" in config:
-        cfg["num_ctas"] = _flag(config, "num_ctas", (1, 2))
-    if "INPUT_PRECISION" in config:
-        v = config["INPUT_PRECISION"]
-        if v not in INPUT_PRECISIONS:
-            raise InvalidConfig(f"INPUT_PRECISION must be one of {list(INPUT_PRECISIONS)}, "
-                                f"got {v!r}")
-        cfg["INPUT_PRECISION"] = v
-    if cfg.get("PERSISTENT") and cfg["SPLIT_K"] != 1:
+    full = complete({**config, **cfg})
+    for k in ("PERSISTENT", "WARP_SPECIALIZE", "FLATTEN", "TMA_STORE"):
+        cfg[k] = _flag(full, k, (0, 1))
+    cfg["num_ctas"] = _flag(full, "num_ctas", (1, 2))
+    cfg["INPUT_PRECISION"] = _choice(full, "INPUT_PRECISION", INPUT_PRECISIONS)
+    cfg["SPLITK_MODE"] = _choice(full, "SPLITK_MODE", SPLITK_MODES)
+    cfg["LOADS"] = _choice(full, "LOADS", LOADS)
+    cfg["WS_LOOP"] = _choice(full, "WS_LOOP", ("k", "tiles"))
+    serial = cfg["SPLITK_MODE"] == "serial" and cfg["SPLIT_K"] > 1
+    cfg["FANIN"] = _flag(full, "FANIN", tuple(1 << i for i in range(cfg["SPLIT_K"].bit_length()))
+                         if serial else (1,))
+    if cfg["PERSISTENT"] and cfg["SPLIT_K"] != 1:
         raise InvalidConfig(f"PERSISTENT=1 needs SPLIT_K=1, got SPLIT_K={cfg['SPLIT_K']}")
-    if cfg.get("num_ctas", 1) > 1 and cfg["SPLIT_K"] != 1:
+    if cfg["num_ctas"] > 1 and cfg["SPLIT_K"] != 1:
         # The serial split-K reduction counts arrivals once per program with one CTA's barrier.
         raise InvalidConfig(f"num_ctas={cfg['num_ctas']} needs SPLIT_K=1, got "
                             f"SPLIT_K={cfg['SPLIT_K']}")
@@ -480,27 +459,27 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _input_precision(cfg: dict[str, Any], dtype: torch.dtype) -> str:
-    """``tl.dot``'s input_precision: ``INPUT_PRECISION`` for fp32 (default ``"ieee"``); for
-    16-bit inputs only ``"ieee"`` (or nothing) is valid and the kernels get what they always
-    got (the value does not matter to a 16-bit dot)."""
-    asked = cfg.get("INPUT_PRECISION")
+    """``tl.dot``'s input_precision: ``INPUT_PRECISION`` for fp32; for 16-bit inputs only
+    ``"ieee"`` is valid and the kernels get what they always got (the value does not matter to
+    a 16-bit dot)."""
+    asked = cfg["INPUT_PRECISION"]
     if dtype == torch.float32:
-        return asked or "ieee"
-    if asked not in (None, "ieee"):
+        return asked
+    if asked != "ieee":
         raise InvalidConfig(f"INPUT_PRECISION={asked!r} applies to fp32 inputs only; {dtype} "
-                            "inputs take 'ieee' or no INPUT_PRECISION")
+                            "inputs take 'ieee'")
     return "tf32"
 
 
 def _check_device(cfg: dict[str, Any], device: torch.device) -> None:
     """Hopper-only keys on an older CUDA GPU: ``Unsupported``. The interpreter runs them (it
     ignores ``num_ctas`` and ``warp_specialize``, which change scheduling, not results)."""
-    asked = [name for name, on in (("PERSISTENT=1", cfg.get("PERSISTENT", 0)),
-                                   ("WARP_SPECIALIZE=1", cfg.get("WARP_SPECIALIZE", 0)),
-                                   ("num_ctas=2", cfg.get("num_ctas", 1) > 1)) if on]
-    if asked and device.type == "cuda" and _cc_major(device) < 9:
+    asked = [name for name, on in (("PERSISTENT=1", cfg["PERSISTENT"]),
+                                   ("WARP_SPECIALIZE=1", cfg["WARP_SPECIALIZE"]),
+                                   ("num_ctas=2", cfg["num_ctas"] > 1)) if on]
+    if asked and device.type == "cuda" and cc_major(device) < 9:
         raise Unsupported(f"{', '.join(asked)} needs a Hopper or later GPU (compute capability "
-                          f"9+), this one is {_cc_major(device)}.x")
+                          f"9+), this one is {cc_major(device)}.x")
 
 
 def _check_clusters(launch: dict[str, int], a_col: bool) -> None:
@@ -512,97 +491,63 @@ def _check_clusters(launch: dict[str, int], a_col: bool) -> None:
                           "Triton 3.6 computes it wrong on Hopper")
 
 
-#: Persistent kernel: fuse the tile loop with the K loop into one pipeline (``flatten``), and
-#: store C through a TMA descriptor where C's rows are 16-byte aligned. Benchmark seams.
-PERSISTENT_FLATTEN = True
-PERSISTENT_TMA_STORE = False
-#: Which loop of the persistent kernel ``WARP_SPECIALIZE=1`` marks: ``"k"`` (the K loop) or
-#: ``"tiles"`` (the tile loop, as Triton's persistent-matmul tutorial does). A benchmark seam.
-PERSISTENT_WS_LOOP = "k"
-
-
 def _matmul_persistent(a3: torch.Tensor, b3: torch.Tensor, c3: torch.Tensor,
                        cfg: dict[str, Any], precision: str, warp_spec: bool,
-                       launch: dict[str, int], tma: bool | None) -> None:
+                       launch: dict[str, int]) -> None:
     """Launch ``_gemm_persistent_kernel`` (``PERSISTENT=1``) into ``c3``."""
-    if tma is False or (tma is None and TMA_DEFAULT is False):
+    if cfg["LOADS"] == "pointer":
         raise Unsupported("PERSISTENT=1 loads through TMA, but pointer loads were asked for "
-                          "(tma=False)")
+                          "(LOADS='pointer')")
     batch, m, k = a3.shape
     n = b3.shape[2]
     if batch != 1:
         raise Unsupported(f"PERSISTENT=1 serves batch 1 only, got batch {batch}")
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    da = _describe(a3[0], m, k, (bm, bk))
-    db = _describe(b3[0], k, n, (bk, bn))
+    da = tma_describe(a3[0], m, k, (bm, bk))
+    db = tma_describe(b3[0], k, n, (bk, bn))
     if da is None or db is None:
         raise Unsupported("PERSISTENT=1 loads through TMA: each operand needs a 16-byte aligned "
                           "base, unit stride along rows or columns and a 16-byte aligned "
                           "leading dimension")
     _check_clusters(launch, da[1])
-    dc = _describe(c3[0], m, n, (bm, bn)) if PERSISTENT_TMA_STORE else None
+    dc = tma_describe(c3[0], m, n, (bm, bn)) if cfg["TMA_STORE"] else None
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    programs = max(1, min(_sm_count(a3.device) // launch.get("num_ctas", 1), tiles))
+    programs = max(1, min(sm_count(a3.device) // launch.get("num_ctas", 1), tiles))
     _gemm_persistent_kernel[(programs,)](
         da[0], db[0], c3, dc[0] if dc is not None else None, m, n, k, c3.stride(1), c3.stride(2),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], A_COL=da[1], B_COL=db[1],
         EVEN_MN=m % bm == 0 and n % bn == 0, INPUT_PRECISION=precision,
-        WS_TILES=warp_spec and PERSISTENT_WS_LOOP == "tiles",
-        WS_K=warp_spec and PERSISTENT_WS_LOOP != "tiles",
-        FLATTEN=PERSISTENT_FLATTEN, TMA_STORE=dc is not None,
+        WS_TILES=warp_spec and cfg["WS_LOOP"] == "tiles",
+        WS_K=warp_spec and cfg["WS_LOOP"] != "tiles",
+        FLATTEN=bool(cfg["FLATTEN"]), TMA_STORE=dc is not None,
         **launch,
     )  # fmt: skip
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
            out: torch.Tensor | None = None,
-           out_dtype: torch.dtype | None = None, tma: bool | None = None) -> torch.Tensor:
+           out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``a @ b`` with the tiled kernel under ``config``.
 
     ``a`` is ``[M, K]`` or ``[batch, M, K]``, ``b`` ``[K, N]`` or ``[batch, K, N]``, any strides
     (row- or column-major); both of one dtype among bf16, fp16, fp32, on one device. The output
     is ``out`` when given (contiguous, the right shape) or a new tensor of ``out_dtype``
-    (default: the input dtype). fp32 inputs are multiplied in full fp32 (``ieee``), not tf32.
-
-    ``tma``: load tiles through Hopper's TMA engine (``True``), through pointers (``False``), or
-    (``None``, the default, unless ``TMA_DEFAULT`` says otherwise) TMA wherever it applies: a
-    CUDA device of compute capability 9 or more, bf16/fp16, batch 1, 16-byte aligned operands.
+    (default: the input dtype). fp32 inputs are multiplied in full fp32 (``ieee``), not tf32,
+    unless ``INPUT_PRECISION`` says otherwise. ``LOADS`` picks TMA or pointer loads.
     """
     cfg = check_config(config)
-    if a.dtype not in DTYPES:
-        raise Unsupported(f"triton gemm does not serve dtype {a.dtype}")
-    if a.dtype != b.dtype:
-        raise TypeError(f"a and b differ in dtype: {a.dtype} vs {b.dtype}")
-    if a.device != b.device:
-        raise ValueError(f"a and b are on different devices: {a.device} vs {b.device}")
-    if a.dim() != b.dim() or a.dim() not in (2, 3):
-        raise ValueError(f"a and b must both be 2-D or both 3-D, got {a.dim()} and {b.dim()}")
-    a3 = a if a.dim() == 3 else a.unsqueeze(0)
-    b3 = b if b.dim() == 3 else b.unsqueeze(0)
+    a3, b3, c3, out = check_operands(a, b, out, out_dtype, "triton gemm")
     batch, m, k = a3.shape
-    if b3.shape[0] != batch or b3.shape[1] != k:
-        raise ValueError(f"shapes do not compose: {tuple(a.shape)} @ {tuple(b.shape)}")
     n = b3.shape[2]
-    out_shape = (batch, m, n) if a.dim() == 3 else (m, n)
-    if out is None:
-        out = torch.empty(out_shape, dtype=out_dtype or a.dtype, device=a.device)
-    else:
-        if tuple(out.shape) != out_shape or out.device != a.device or not out.is_contiguous():
-            raise ValueError(f"out must be a contiguous {out_shape} tensor on {a.device}")
-        if out.dtype not in DTYPES:
-            raise Unsupported(f"triton gemm does not write dtype {out.dtype}")
-    if m * k >= 2**31 or k * n >= 2**31 or batch * m * n >= 2**31:
-        raise Unsupported("one matrix has 2**31 elements or more (32-bit tile offsets)")
-    c3 = out if out.dim() == 3 else out.unsqueeze(0)
 
     precision = _input_precision(cfg, a.dtype)
-    warp_spec = bool(cfg.get("WARP_SPECIALIZE", 0))
+    warp_spec = bool(cfg["WARP_SPECIALIZE"])
     launch = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
-    if cfg.get("num_ctas", 1) > 1:  # absent or 1: the launch is exactly as before
+    if cfg["num_ctas"] > 1:  # 1: no cluster option, the launch is exactly as before
         launch["num_ctas"] = cfg["num_ctas"]
     _check_device(cfg, a.device)
-    if cfg.get("PERSISTENT", 0):
-        _matmul_persistent(a3, b3, c3, cfg, precision, warp_spec, launch, tma)
+    if cfg["PERSISTENT"]:
+        _matmul_persistent(a3, b3, c3, cfg, precision, warp_spec, launch)
         return out
 
     bm, bn, bk, split_k = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
@@ -611,11 +556,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     even_mn = m % bm == 0 and n % bn == 0
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     grid = (tiles, split_k, batch)
-    if SPLITK_MODE not in ("auto", "serial", "two_launch"):
-        raise ValueError(f"SPLITK_MODE must be auto, serial or two_launch: {SPLITK_MODE!r}")
-    serial = split_k > 1 and (SPLITK_MODE == "serial" or (
-        SPLITK_MODE == "auto" and split_k <= SERIAL_MAX_SPLIT))
-    fanin = _fanin(split_k) if serial else 1
+    serial = split_k > 1 and cfg["SPLITK_MODE"] == "serial"
+    fanin = cfg["FANIN"] if serial else 1
     if serial:
         groups = split_k // fanin
         extra = groups if groups > 1 else 0
@@ -626,16 +568,17 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         cnt = ws
     else:
         ws = cnt = c3
-    use_tma = TMA_DEFAULT if tma is None else tma
-    descs = _tma_descriptors(a3, b3, cfg, auto=use_tma is None) if use_tma is not False else None
-    if descs is not None and use_tma is None and launch.get("num_ctas", 1) > 1 and descs[2]:
+    loads = cfg["LOADS"]
+    descs = (_tma_descriptors(a3, b3, cfg, auto=loads == "auto") if loads != "pointer"
+             else None)
+    if descs is not None and loads == "auto" and launch.get("num_ctas", 1) > 1 and descs[2]:
         descs = None  # automatic: the pointer kernel, as TMA clusters fail here (_check_clusters)
-    if use_tma and descs is None:
-        raise Unsupported("tma=True, but these operands cannot be described for TMA")
+    if loads == "tma" and descs is None:
+        raise Unsupported("LOADS='tma', but these operands cannot be described for TMA")
     if warp_spec and descs is None:
         if a.device.type != "cuda":
             raise Unsupported("WARP_SPECIALIZE=1 with PERSISTENT=0 needs the TMA kernel, which "
-                              "the interpreter takes only with tma=True")
+                              "the interpreter takes only with LOADS='tma'")
         raise InvalidConfig("WARP_SPECIALIZE=1 needs TMA loads: PERSISTENT=1, or the TMA kernel "
                             "(bf16/fp16, batch 1, 16-byte aligned operands); these operands take "
                             "the pointer kernel")

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from kernel_templates.inputs import GemmInputs
+from kernel_templates.gemm.inputs import GemmInputs
 from search.types import GemmProblem
 
 __all__ = ["BASE_TOLERANCE", "FP8_TOLERANCE", "TF32_TOLERANCE", "reference_for",

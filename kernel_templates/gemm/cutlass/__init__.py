@@ -2,7 +2,7 @@
 
 The facade::
 
-    from kernel_templates import cutlass as kc
+    from kernel_templates.gemm import cutlass as kc
 
     ops = kc.ops_for(problem)            # [] when kc.why_unsupported(problem) says why
     result = kc.build(ops[:8])           # parallel nvcc into the artifact cache
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernel_templates.cutlass.compile import (
+from kernel_templates.gemm.cutlass.compile import (
     Artifact,
     BuildResult,
     CompileError,
@@ -28,8 +28,8 @@ from kernel_templates.cutlass.compile import (
     cache_key,
     toolchain,
 )
-from kernel_templates.cutlass.compile import build as _build
-from kernel_templates.cutlass.enumerate import (
+from kernel_templates.gemm.cutlass.compile import build as _build
+from kernel_templates.gemm.cutlass.enumerate import (
     CutlassOp,
     catalogue,
     cutlass_available,
@@ -39,7 +39,7 @@ from kernel_templates.cutlass.enumerate import (
 )
 
 if TYPE_CHECKING:
-    from kernel_templates.cutlass.runtime import CutlassKernel
+    from kernel_templates.gemm.cutlass.runtime import CutlassKernel
 
 __all__ = ["Artifact", "BuildResult", "CompileError", "CutlassCache", "CutlassOp", "Toolchain",
            "build", "cache_key", "catalogue", "cutlass_available", "load", "op_by_name", "ops_for",
@@ -61,7 +61,7 @@ def load(op_name: str, cache: CutlassCache | str | Path | None = None, *,
     """The runnable kernel of ``op_name``: from ``artifact`` when given, else the cache entry
     built by this machine's toolchain (``tc``; queried from nvcc when not given). Raises
     ``LookupError`` when the op was never built with this toolchain."""
-    from kernel_templates.cutlass.runtime import CutlassKernel
+    from kernel_templates.gemm.cutlass.runtime import CutlassKernel
 
     if not isinstance(cache, CutlassCache):
         cache = CutlassCache(cache)

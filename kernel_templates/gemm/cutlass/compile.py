@@ -39,8 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernel_templates.cutlass.enumerate import CutlassOp
-from kernel_templates.cutlass.render import render
+from kernel_templates import errors
+from kernel_templates.gemm.cutlass.enumerate import CutlassOp
+from kernel_templates.gemm.cutlass.render import render
 
 __all__ = ["Artifact", "BuildResult", "CompileError", "CutlassCache", "Toolchain", "build",
            "cache_key", "default_cache_dir", "toolchain"]
@@ -53,7 +54,7 @@ SOURCE = "kernels.cu"
 MANIFEST = "manifest.json"
 
 
-class CompileError(RuntimeError):
+class CompileError(errors.CompileError):
     """nvcc failed (or is missing); ``stderr_tail`` is the end of its output."""
 
     def __init__(self, message: str, ops: Sequence[str] = (), stderr_tail: str = "",

@@ -46,6 +46,11 @@ Workspaces and counters are cached per device and grown on demand; every launch 
 counters (and the atomic accumulator) at zero. Two streams running this kernel concurrently
 must not share them (nor two processes under MPS the SMs that the barrier counts on).
 
+No search tier reaches this kernel yet: it is a candidate for the hard skinny shapes (measured
+against cuBLAS in docs/notes/kernels.md); making it a tier needs GPU validation of the tier and
+a decision-loop change. Its host side (operand checks, TMA descriptors, cached buffers, device
+queries) is ``host.py``'s, shared with the tiled template.
+
 Configuration (``check_skinny_config``)::
 
     BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages   powers of two (stages: >= 1)
@@ -57,7 +62,6 @@ Configuration (``check_skinny_config``)::
 from __future__ import annotations
 
 import os
-from functools import cache
 from typing import Any
 
 import torch
@@ -65,14 +69,21 @@ import triton
 import triton.language as tl
 
 from kernel_templates.errors import InvalidConfig, Unsupported
-from kernel_templates.triton.gemm import tma_tiles
+from kernel_templates.gemm.host import (
+    DTYPES,
+    cached_buffer,
+    cc_major,
+    check_operands,
+    sm_count,
+    tma_describe,
+)
+from kernel_templates.gemm.triton import tma_tiles
 
 __all__ = ["CONFIG_KEYS", "DTYPES", "MODES", "check_skinny_config", "matmul_skinny"]
 
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
 OPTIONAL_KEYS = {"MODE": "barrier", "TMA": 1}
 MODES = ("barrier", "atomic", "two_launch")
-DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _MODE_ID = {"two_launch": 0, "barrier": 1, "atomic": 2}
 
 #: Polls of the barrier counter before a program gives up and writes NaN (about 0.3-1 us a poll).
@@ -294,41 +305,15 @@ def _interpreting(device: torch.device) -> bool:
     return device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-@cache
-def _cc_major(device: torch.device) -> int:
-    return torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else 0
-
-
-@cache
 def _sm_count(device: torch.device) -> int:
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
+        return sm_count(device)
     return 1 << 30  # interpreter: no residency limit (the barrier is not run there anyway)
 
 
 def _buffer(cache_: dict[torch.device, torch.Tensor], device: torch.device, numel: int,
             dtype: torch.dtype, zeroed: bool) -> torch.Tensor:
-    buf = cache_.get(device)
-    if buf is None or buf.numel() < numel:
-        size = max(numel, 1 << 16)
-        buf = (torch.zeros if zeroed else torch.empty)(size, dtype=dtype, device=device)
-        cache_[device] = buf
-    return buf[:numel]
-
-
-def _describe(t: torch.Tensor, block: tuple[int, int]):
-    """(TMA descriptor, stored transposed) of a 2-D operand, or ``None``."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    rows, cols = t.shape
-    elt = t.element_size()
-    if t.data_ptr() % 16:
-        return None
-    if t.stride(1) == 1 and (t.stride(0) * elt) % 16 == 0:
-        return TensorDescriptor(t, [rows, cols], [t.stride(0), 1], list(block)), False
-    if t.stride(0) == 1 and (t.stride(1) * elt) % 16 == 0:
-        return TensorDescriptor(t, [cols, rows], [t.stride(1), 1], [block[1], block[0]]), True
-    return None
+    return cached_buffer(cache_, device, numel, dtype, zeroed, least=1 << 16)
 
 
 def check_skinny_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -379,26 +364,11 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     ``"barrier"`` runs as ``"two_launch"`` (same arithmetic), unless ``INTERPRETER_BARRIER``.
     """
     cfg = check_skinny_config(config)
-    if a.dtype not in DTYPES:
-        raise Unsupported(f"skinny gemm does not serve dtype {a.dtype}")
-    if a.dtype != b.dtype:
-        raise TypeError(f"a and b differ in dtype: {a.dtype} vs {b.dtype}")
-    if a.device != b.device:
-        raise ValueError(f"a and b are on different devices: {a.device} vs {b.device}")
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"a and b must be 2-D, got {a.dim()} and {b.dim()}")
+    _, _, _, out = check_operands(a, b, out, None, "skinny gemm")
     m, k = a.shape
-    if b.shape[0] != k:
-        raise ValueError(f"shapes do not compose: {tuple(a.shape)} @ {tuple(b.shape)}")
     n = b.shape[1]
-    if out is None:
-        out = torch.empty((m, n), dtype=a.dtype, device=a.device)
-    elif tuple(out.shape) != (m, n) or out.device != a.device or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous ({m}, {n}) tensor on {a.device}")
-    elif out.dtype not in DTYPES:
-        raise Unsupported(f"skinny gemm does not write dtype {out.dtype}")
-    if m * k >= 2**31 or k * n >= 2**31 or m * n >= 2**31:
-        raise Unsupported("one matrix has 2**31 elements or more (32-bit offsets)")
     if m == 0 or n == 0:
         return out
     if k == 0:
@@ -429,9 +399,9 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     descs = None
     # The atomic mode lost partial sums with TMA loads on an H100 (16x4096x4096, 16x128x128 sk4:
     # 28 of 200 calls wrong, with or without fences; pointer loads 0 of 200): pointer loads only.
-    if (cfg["TMA"] and mode != "atomic" and a.device.type == "cuda" and _cc_major(a.device) >= 9
+    if (cfg["TMA"] and mode != "atomic" and a.device.type == "cuda" and cc_major(a.device) >= 9
             and a.dtype in (torch.bfloat16, torch.float16)):
-        da, db = _describe(a, (bm, bk)), _describe(b, (bk, bn))
+        da, db = tma_describe(a, m, k, (bm, bk)), tma_describe(b, k, n, (bk, bn))
         if da is not None and db is not None:
             descs = (da, db)
     common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split_k, TILES_N=tiles_n,
