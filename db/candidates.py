@@ -25,7 +25,7 @@ from db.records import (
     JobCounts,
     LeaseRecord,
 )
-from search.decision.evidence import CUTLASS_TIER
+from search.kinds.gemm import CUTLASS_TIER
 from search.types import config_key
 
 

@@ -68,8 +68,9 @@ class WorkerRow(Base):
 
 
 class CatalogueRow(Base):
-    """What the workers of a GPU model declared they can build, per kind (``cutlass``: the
-    operation catalogue of ``search.spaces.cutlass_catalogue``); the latest declaration wins."""
+    """What the workers of a GPU model declared they can build, per name (``cutlass``: the
+    operation catalogue of ``search.kinds.gemm.cutlass_catalogue``); the latest declaration
+    wins."""
 
     __tablename__ = "worker_catalogues"
 

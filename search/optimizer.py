@@ -1,8 +1,8 @@
-"""Optuna ask/tell over the Triton GEMM space, one persisted study per (problem, GPU model).
+"""Optuna ask/tell over a search space, one persisted study per (problem, GPU model, tier).
 
 The study lives in Optuna's RDB storage in the service's own database, so it survives a restart
 of the service and every job for the same shape and GPU model continues the same study. The
-service calls :meth:`GemmTuner.propose` when it needs candidates and :meth:`GemmTuner.record`
+service calls :meth:`SpaceTuner.propose` when it needs candidates and :meth:`GemmTuner.record`
 when a measurement comes back; nothing here touches a GPU.
 
 Failed and infeasible configurations are told to Optuna as *infeasible* trials (a constraint
@@ -13,8 +13,9 @@ avoid those regions instead of proposing them again.
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,12 +23,10 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from search.constraints import DeviceLimits, violations
-from search.spaces import triton_gemm
-from search.types import GemmProblem, Measurement, config_key
+from search.types import Measurement, config_key
 
-__all__ = ["PENALTY_US", "GemmTuner", "Proposal", "StudyTuner", "close_storages", "storage_for",
-           "study_name"]
+__all__ = ["PENALTY_US", "Choice", "CompileBudget", "Proposal", "SpaceTuner", "StudyTuner",
+           "close_storages", "storage_for"]
 
 #: Objective given to infeasible or failed configurations; the constraint keeps them ranked
 #: below every feasible one whatever this value is.
@@ -41,17 +40,35 @@ _storages_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
+class Choice:
+    """One dimension of a space: a name and the values it may take (ordered, small first)."""
+
+    name: str
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class CompileBudget:
+    """What compiling may still cost a search whose configurations name a unit to build
+    (``config["op"]``: a CUTLASS operation, say).
+
+    ``left_s``: compile-seconds the search may still spend (its budget minus what its measured
+    compiles took). ``built``: operations with an artifact (measured before on this GPU model):
+    free. ``pending``: unbuilt operations already proposed whose compile has not been reported;
+    each is charged the estimate until its measurement arrives.
+    """
+
+    left_s: float = math.inf
+    built: frozenset[str] = frozenset()
+    pending: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
 class Proposal:
     """A configuration to measure, and the Optuna trial its result must be told to."""
 
     trial_number: int
     config: dict[str, Any]
-
-
-def study_name(problem: GemmProblem, gpu_model: str, tier: str | None = None) -> str:
-    if tier is None:
-        return f"triton-gemm|{problem.key()}|{gpu_model}"
-    return f"triton-gemm|{tier}|{problem.key()}|{gpu_model}"
 
 
 def storage_for(url: str) -> optuna.storages.RDBStorage:
@@ -164,26 +181,29 @@ class StudyTuner:
             self._study.tell(trial_number, PENALTY_US)
 
 
-class GemmTuner(StudyTuner):
-    """Proposes Triton GEMM configurations for one problem on one GPU model."""
+class SpaceTuner(StudyTuner):
+    """Proposes configurations of a space of categorical :class:`Choice` s for one problem on
+    one GPU model: the study ``name`` starts with ``seeds``; ``complete`` fills a trial's
+    parameters into the full configuration a kernel takes (defaults of keys not searched);
+    ``violations`` lists the static rules a configuration breaks (empty: feasible)."""
 
-    def __init__(self, storage_url: str, problem: GemmProblem, gpu_model: str,
-                 limits: DeviceLimits, seed: int = 0, tier: str | None = None) -> None:
-        self.problem = problem
-        self.limits = limits
-        self.tier = tier
-        self._params = triton_gemm.params(tier)
-        self._space = triton_gemm.space(problem, tier)
+    def __init__(self, storage_url: str, name: str, space: Sequence[Choice], *,
+                 seeds: Sequence[dict[str, Any]] = (), seed: int = 0,
+                 complete: Callable[[dict[str, Any]], dict[str, Any]] = dict,
+                 violations: Callable[[dict[str, Any]], list[str]] = lambda c: []) -> None:
+        self._space = tuple(space)
+        self._params = tuple(c.name for c in self._space)
         self._dists = {c.name: CategoricalDistribution(list(c.values)) for c in self._space}
-        super().__init__(storage_url, study_name(problem, gpu_model, tier), seed)
+        self._complete = complete
+        self._violations = violations
+        super().__init__(storage_url, name, seed)
         if self.fresh:
-            for config in triton_gemm.seeds(problem, tier):
+            for config in seeds:
                 self._study.enqueue_trial({k: config[k] for k in self._params},
                                           skip_if_exists=True)
 
     def _config_of(self, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
-        """The complete configuration (``triton_gemm.complete``) of a trial's parameters."""
-        return triton_gemm.complete(dict(trial.params))
+        return self._complete(dict(trial.params))
 
     def propose(self, n: int, known: Callable[[dict[str, Any]], Measurement | None]
                 ) -> list[Proposal]:
@@ -195,15 +215,15 @@ class GemmTuner(StudyTuner):
         """
         if n <= 0:
             return []
-        in_flight = {config_key(triton_gemm.complete(t.params)) for t in
+        in_flight = {config_key(self._complete(dict(t.params))) for t in
                      self._study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
         out: list[Proposal] = []
         misses, max_misses = 0, 200
         while len(out) < n and misses < max_misses:
             trial = self._study.ask(self._dists)
-            config = triton_gemm.complete({name: trial.params[name] for name in self._params})
+            config = self._complete({name: trial.params[name] for name in self._params})
             key = config_key(config)
-            reasons = violations(self.problem, config, self.limits)
+            reasons = self._violations(config)
             if reasons:
                 self._infeasible(trial, "; ".join(reasons))
                 misses += 1

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from search.types import GemmProblem
+from search.types import Problem
 
 __all__ = ["Calibration", "Roofline", "roofline", "ENV_KEYS"]
 
@@ -143,7 +143,7 @@ class Roofline:
                 "attainable_low_peak_us": self.attainable_low_peak_us}
 
 
-def roofline(problem: GemmProblem, calibration: Calibration | None,
+def roofline(problem: Problem, calibration: Calibration | None,
              allow_tf32: bool = False) -> Roofline | None:
     """The roofline of ``problem``, or ``None`` without a usable calibration."""
     if calibration is None or calibration.bandwidth_gbs <= 0:

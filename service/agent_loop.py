@@ -29,25 +29,17 @@ from db.records import (
     JobStatus,
     MeasurementRecord,
 )
-from search import decision
-from search.constraints import DeviceLimits, limits_for
-from search.cutlass_tuner import CompileBudget
+from search import decision, kinds
+from search.limits import DeviceLimits, limits_for
+from search.optimizer import CompileBudget
 from search.roofline import Calibration
-from search.spaces import triton_gemm
-from search.types import (
-    CUSTOM_BACKENDS,
-    Backend,
-    Measurement,
-    Task,
-    config_key,
-)
-from service.library import cutlass_configs, cutlass_ops, declared_catalogue
+from search.types import Measurement, Task, config_key
+from service.catalogues import declared
 from service.settings import ServiceSettings
 from service.tuning import TunerPool
 
 log = logging.getLogger("kernelsearch.agent")
 
-CUBLAS, CUTLASS, TRITON = Backend.CUBLAS.value, Backend.CUTLASS.value, Backend.TRITON.value
 Clock = Callable[[], datetime]
 
 
@@ -130,31 +122,20 @@ class AgentLoop:
                 continue  # never ran: neither evidence nor spent budget
             trials.append(_trial(c, m))
         backends = job.bound_backends or ()
-        library_configs: list[tuple[str, dict[str, Any]]] = []
-        if CUBLAS in backends:
-            library_configs.append((CUBLAS, {}))
-            if problem.dtype == "fp32" and policy.allow_tf32:
-                library_configs.append((CUBLAS, {"allow_tf32": True}))
-        library_notes: list[str] = []
-        if CUTLASS in backends:
-            model = gpu or str(device.get("gpu_model", ""))
-            seeds, note = cutlass_configs(problem, model, self.settings.cutlass_candidates,
-                                          declared_catalogue(self.db, model))
-            library_configs += [(CUTLASS, dict(c)) for c in seeds]
-            if note:
-                library_notes.append(note)
-        tiers = triton_gemm.tier_plans(
-            problem, mode=str(device.get("mode", "")), cc=str(device.get("cc", "")),
-            sm_count=int(device.get("sm_count", 0) or 0), allow_tf32=policy.allow_tf32)
+        kind = kinds.get(problem.kind)
+        model = gpu or str(device.get("gpu_model", ""))
+        library = kind.library_plan(problem, policy, backends, model,
+                                    declared(self.db, model), self.settings.cutlass_candidates)
+        tiers = kind.tier_plans(problem, device, policy)
         ev = decision.Evidence(
             problem=problem, policy=policy, calibration=calibration,
             calibration_failed=cal_done and calibration is None,
             calibration_pending=pending_cal > 0,
-            library_configs=tuple(library_configs), library_notes=tuple(library_notes),
-            custom_allowed=any(b in CUSTOM_BACKENDS for b in backends), tiers=tiers,
+            library_configs=library.configs, library_notes=library.notes,
+            custom_allowed=any(b in kind.custom_backends for b in backends), tiers=tiers,
             trials=tuple(trials), exhausted_tiers=frozenset(job.exhausted_tiers),
             verification=verification, max_trials=job.max_trials,
-            time_up=time_up(job, now), calibration_gpu_s=cal_gpu_s)
+            time_up=time_up(job, now), calibration_gpu_s=cal_gpu_s, roles=kind.roles)
         return ev, device
 
     # -- actions ------------------------------------------------------------------------------
@@ -205,11 +186,12 @@ class AgentLoop:
 
     def _search(self, job: JobRecord, ev: decision.Evidence, action: decision.Search,
                 device: dict[str, Any], now: datetime) -> bool:
-        """Top the tier (a Triton tier, or the CUTLASS search) up to the job's window of
+        """Top the tier (a custom tier, or the library search) up to the job's window of
         outstanding trials; True when planning again may add more: the tier's space ran out,
         or its budget is all out and the window still has room (the next tier may start)."""
-        cutlass = action.tier == decision.CUTLASS_TIER
-        backend = CUTLASS if cutlass else TRITON
+        kind = kinds.get(job.problem.kind)
+        library_search = action.tier == kind.library_tier
+        backend = kind.backend_of(action.tier)
         with self.db.read_session() as s:
             outstanding = cands.job_counts(s, job.id).outstanding
         room = self.settings.window - outstanding
@@ -226,15 +208,11 @@ class AgentLoop:
                                                 config_key(config))
             return found.to_measurement() if found is not None else None
 
-        extra: dict[str, Any] = {}
-        tuner_args: dict[str, Any] = {}
-        if cutlass:
-            extra["budget"] = self._compile_budget(job, ev, action)
-            # the CUTLASS study searches what this GPU model's workers declared
-            ops, _ = cutlass_ops(problem, gpu, declared_catalogue(self.db, gpu))
-            tuner_args["ops"] = tuple(ops)
+        # a library-side search compiles within the budget the agent allows
+        extra = ({"budget": self._compile_budget(job, ev, action, backend)}
+                 if library_search else {})
         with self.tuners.use(problem, gpu, limits, job.seed, action.tier,
-                             **tuner_args) as tuner:
+                             catalogues=declared(self.db, gpu)) as tuner:
             proposals = tuner.propose(n, known, **extra)
             exhausted = bool(tuner.exhausted)
             with self.db.session() as s:
@@ -252,15 +230,15 @@ class AgentLoop:
         filled = action.n is not None and len(proposals) == action.n and action.n < room
         return active and (exhausted or filled)
 
-    def _compile_budget(self, job: JobRecord, ev: decision.Evidence, action: decision.Search
-                        ) -> CompileBudget:
-        """What the CUTLASS search may still compile: the seconds the agent allows, the
+    def _compile_budget(self, job: JobRecord, ev: decision.Evidence, action: decision.Search,
+                        backend: str) -> CompileBudget:
+        """What the library search may still compile: the seconds the agent allows, the
         operations some worker has built for this problem and GPU model (measured past
         compiling), and this job's proposals whose compile has not been reported yet."""
         with self.db.read_session() as s:
-            built = measurements.built_ops(s, job.problem_id, job.bound_gpu or "", CUTLASS)
+            built = measurements.built_ops(s, job.problem_id, job.bound_gpu or "", backend)
         pending = {str(t.config.get("op")) for t in ev.library
-                   if t.tier == decision.CUTLASS_TIER and not t.done} - built
+                   if t.tier == action.tier and not t.done} - built
         left = math.inf if action.compile_left_s is None else action.compile_left_s
         return CompileBudget(left, frozenset(built), frozenset(pending))
 
@@ -328,7 +306,8 @@ class AgentLoop:
                 worker = workers.latest_of_model(s, job.bound_gpu)
             device = dict(worker.device) if worker is not None else None
         limits = _limits(device) if device is not None else DeviceLimits()
-        with self.tuners.use(problem, job.bound_gpu, limits, job.seed, tier) as tuner:
+        with self.tuners.use(problem, job.bound_gpu, limits, job.seed, tier,
+                             catalogues=declared(self.db, job.bound_gpu)) as tuner:
             _safely(lambda: fn(tuner))
 
     # -- helpers ------------------------------------------------------------------------------

@@ -75,7 +75,8 @@ def tune(
 ) -> None:
     """Tune one GEMM on this machine (embedded service, SQLite, local worker): calibrate the
     GPU once, measure the library, search custom kernels where they can pay, decide."""
-    from search.types import ProblemError, check_served, parse_problem
+    from search.kinds.gemm.spec import check_served
+    from search.types import ProblemError, parse_problem
     from service.local import run_tuning
     from service.settings import ServiceSettings
 

@@ -135,7 +135,7 @@ class KernelSearchClient:
     def register_worker(self, name: str, device: dict[str, Any],
                         cutlass_catalogue: dict[str, Any] | None = None) -> dict[str, Any]:
         """Register a worker; one that offers CUTLASS declares the operations it can build
-        (``search.spaces.cutlass_catalogue.Catalogue.encode``)."""
+        (``search.kinds.gemm.cutlass_catalogue.Catalogue.encode``)."""
         body: dict[str, Any] = {"name": name, "device": device}
         if cutlass_catalogue is not None:
             body["cutlass_catalogue"] = cutlass_catalogue

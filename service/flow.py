@@ -29,30 +29,19 @@ from db.records import (
     MeasurementRecord,
     WorkerRecord,
 )
+from search import kinds
 from search.decision import Policy
-from search.spaces.cutlass_catalogue import Catalogue
-from search.types import (
-    LIBRARY_BACKENDS,
-    Backend,
-    Candidate,
-    Device,
-    Measurement,
-    Problem,
-    ProblemError,
-    Status,
-    Task,
-    check_served,
-)
+from search.kinds.gemm.cutlass_catalogue import Catalogue
+from search.kinds.gemm.library import CUTLASS_CATALOGUE
+from search.types import Candidate, Device, Measurement, Problem, ProblemError, Status, Task
 from service.agent_loop import AgentLoop, record_calibration, time_up
 from service.errors import Conflict, Gone, InvalidInput, NotFound
-from service.library import CUTLASS_CATALOGUE
 from service.settings import ServiceSettings
 from service.tuning import TunerPool
 
 log = logging.getLogger("kernelsearch.flow")
 
 Clock = Callable[[], datetime]
-CUBLAS, TRITON = Backend.CUBLAS.value, Backend.TRITON.value
 
 
 def utcnow() -> datetime:
@@ -108,14 +97,18 @@ class Flow:
     def submit_job(self, problem: Problem, *, max_trials: int | None,
                    max_seconds: float | None, backends: Sequence[str], gpu: str | None,
                    seed: int | None, policy: Policy | None = None) -> JobState:
-        try:
-            check_served(problem)
-        except ProblemError as exc:
-            raise InvalidInput(["body", "problem", exc.field], exc.message) from exc
-        if problem.scaled and not set(backends) & set(LIBRARY_BACKENDS):
+        kind = kinds.get(problem.kind)
+        unknown = sorted(set(backends) - set(kind.backends))
+        if unknown:
             raise InvalidInput(["body", "backends"], (
-                f"{problem.dtype} is served by the library backends only "
-                f"({', '.join(LIBRARY_BACKENDS)}): there is no fp8 Triton template"))
+                f"{unknown[0]} is not a backend of {kind.name} problems; one of "
+                f"{', '.join(kind.backends)}"))
+        try:
+            kind.check_served(problem, backends)
+        except ProblemError as exc:
+            where = ["body", "backends"] if exc.field == "backends" else \
+                ["body", "problem", exc.field]
+            raise InvalidInput(where, exc.message) from exc
         if problem.min_bytes > self.settings.max_problem_bytes:
             raise InvalidInput(["body", "problem"], (
                 f"operands need {problem.min_bytes} bytes, over max_problem_bytes="
@@ -162,7 +155,7 @@ class Flow:
     def register_worker(self, name: str, device: Device,
                         cutlass_catalogue: Catalogue | None = None) -> WorkerRecord:
         """Register (or re-register) a worker; a CUTLASS catalogue it declares becomes its GPU
-        model's (``service.library``)."""
+        model's (``search.kinds.gemm.library``)."""
         now = self.clock()
         with self.db.session() as s:
             worker = workers.register(s, name, device.gpu_model, device.to_dict(), now)
@@ -304,11 +297,12 @@ class Flow:
             raise NotFound(f"job {job_id} not found")
         decision = decisions.of_job(s, job_id)
         # once decided, the job's best is the decision's pick, as GET /v1/best answers
+        kind = kinds.get(job.problem.kind)
         best, library = decisions.as_decided(
             s, decision, measurements.job_best(s, job_id),
-            measurements.job_best(s, job_id, LIBRARY_BACKENDS))
+            measurements.job_best(s, job_id, kind.library_backends))
         return JobState(job, cands.job_counts(s, job_id), best, library,
-                        measurements.job_best(s, job_id, TRITON), now, decision)
+                        measurements.job_best(s, job_id, kind.custom_backends), now, decision)
 
     def _fits(self, job: JobRecord, device: Device) -> bool:
         allowed = job.bound_backends if job.bound_backends is not None else job.backends

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from db import decisions, jobs, measurements
 from db.engine import Database
 from db.records import DecisionRecord, MeasurementRecord, ProblemRecord
-from search.types import LIBRARY_BACKENDS, Problem
+from search import kinds
+from search.types import Problem
 from service.errors import NotFound
 
 
@@ -33,9 +34,10 @@ def find_best(db: Database, problem: Problem, gpu: str | None) -> BestAnswer:
                 if record is not None and gpu_model is not None else None)
         if record is None or best is None or gpu_model is None:
             where = gpu or "any GPU"
-            raise NotFound(f"no measurements for gemm {problem.describe()} "
+            raise NotFound(f"no measurements for {problem.kind} {problem.describe()} "
                            f"({problem.key()}) on {where}: submit a job with POST /v1/jobs")
-        library = measurements.problem_best(s, record.id, gpu_model, LIBRARY_BACKENDS)
+        library = measurements.problem_best(s, record.id, gpu_model,
+                                             kinds.get(problem.kind).library_backends)
         decision = decisions.current(s, record.id, gpu_model)
         best, library = decisions.as_decided(s, decision, best, library)
         return BestAnswer(record, gpu_model, best, library, decision)

@@ -22,16 +22,15 @@ from pydantic import (
     model_validator,
 )
 
+from search import kinds
 from search.decision.policy import Policy, bounds_of
-from search.spaces.cutlass_catalogue import Catalogue
-from search.types import GemmProblem, Status, parse_problem
+from search.kinds.gemm.cutlass_catalogue import Catalogue
+from search.types import Status
 
 MAX_DIM = 2**31 - 1
 MAX_ID = 2**63 - 1
 MAX_SECONDS = 30 * 24 * 3600.0
-#: Backends a job may use, and its default: all of them (a worker that lacks one, CUTLASS on a
-#: GPU that is not sm_90 say, is simply never handed its candidates).
-BACKENDS = ("cublas", "cutlass", "triton")
+
 #: What a worker that does not say is assumed to run.
 DEVICE_BACKENDS = ("cublas", "triton")
 
@@ -73,7 +72,17 @@ Id = Annotated[int, Field(strict=True, ge=1, le=MAX_ID)]
 #: A measured quantity: non-negative; NaN or infinity (a broken kernel) arrives as null.
 Measure = Annotated[Annotated[float, Field(ge=0)] | None, BeforeValidator(_finite_or_none)]
 Duration = Annotated[Annotated[float, Field(gt=0)] | None, BeforeValidator(_finite_or_none)]
-Backend = Literal["cublas", "cutlass", "triton"]
+
+
+def _known_backend(value: str) -> str:
+    known = sorted({b for kind in kinds.kinds().values() for b in kind.backends})
+    if value not in known:
+        raise ValueError(f"unknown backend {value!r}; one of {', '.join(known)}")
+    return value
+
+
+#: A backend of some registered problem kind (``search.kinds``).
+Backend = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_known_backend)]
 
 
 class _In(BaseModel):
@@ -81,23 +90,13 @@ class _In(BaseModel):
 
 
 # -- jobs ---------------------------------------------------------------------------------------
-class ProblemIn(_In):
-    """A GEMM problem as a client sends it; rules beyond types are ``GemmProblem``'s."""
-
-    kind: Literal["gemm"] = "gemm"
-    m: Dim
-    n: Dim
-    k: Dim
-    batch: Dim = 1
-    dtype: Annotated[Text, Field(max_length=32)] = "bf16"
-    out_dtype: Annotated[Text, Field(max_length=32)] | None = None
-    acc_dtype: Annotated[Text, Field(max_length=32)] = "fp32"
-    layout_a: Annotated[Text, Field(max_length=32)] = "row"
-    layout_b: Annotated[Text, Field(max_length=32)] = "row"
-
-    def to_problem(self) -> GemmProblem:
-        """Raises ``ProblemError`` naming the field that breaks a rule."""
-        return parse_problem(self.model_dump())
+#: A problem as a client sends it: ``kind`` (default ``gemm``) and that kind's fields, e.g.
+#: ``{"kind": "gemm", "m": 4096, "n": 4096, "k": 4096, "dtype": "bf16"}``. The kind validates
+#: the fields (``search.kinds``): a 422 names the field and the rule it breaks.
+ProblemIn = Annotated[
+    dict[Annotated[str, Field(max_length=64)], Any],
+    Field(max_length=32, description="the problem: `kind` (default gemm) and that kind's fields",
+          examples=[{"kind": "gemm", "m": 4096, "n": 4096, "k": 4096, "dtype": "bf16"}])]
 
 
 class BudgetIn(_In):
@@ -142,8 +141,9 @@ class ReopenIn(_In):
 
     budget: BudgetIn | None = None
     policy: PolicyIn | None = None
-    backends: list[Backend] = Field(default_factory=lambda: list(BACKENDS), min_length=1,
-                                    max_length=8)
+    backends: list[Backend] | None = Field(
+        None, min_length=1, max_length=16,
+        description="the backends the job may use (default: every backend of the problem's kind)")
     gpu: Name | None = None
     seed: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
 
@@ -384,7 +384,7 @@ def _catalogue(value: dict[str, Any] | None) -> dict[str, Any] | None:
 
 class RegisterIn(_In):
     """A worker's registration; one that offers CUTLASS declares the operations it can build
-    (``search.spaces.cutlass_catalogue.Catalogue.encode``), which the service searches over."""
+    (``search.kinds.gemm.cutlass_catalogue.Catalogue.encode``), which the service searches over."""
 
     name: Name
     device: DeviceIn

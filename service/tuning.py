@@ -1,21 +1,23 @@
 """The seam between the service and the optimizer: a ``Tuner`` per (problem, GPU model).
 
-``TunerPool`` builds tuners through an injectable factory (the real one builds
-``search.optimizer.GemmTuner`` for a Triton tier and ``search.cutlass_tuner.CutlassTuner`` for
-the CUTLASS search; tests pass fakes), keeps one per (problem, GPU model) in this
-process, and serialises the calls made on each: Optuna's study is the state, so a tuner may be
-rebuilt at any time (after a restart, in another API replica) and carry on.
+``TunerPool`` builds tuners through an injectable factory (the real one asks the problem's
+kind, ``search.kinds``, for the tuner of a tier; tests pass fakes), keeps one per (problem, GPU
+model, tier) in this process, and serialises the calls made on each: Optuna's study is the
+state, so a tuner may be rebuilt at any time (after a restart, in another API replica) and
+carry on.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from search.constraints import DeviceLimits
-from search.types import GemmProblem, Measurement
+from search import kinds
+from search.kinds.base import Catalogues
+from search.limits import DeviceLimits
+from search.types import Measurement, Problem
 
 
 class ProposalLike(Protocol):
@@ -24,14 +26,14 @@ class ProposalLike(Protocol):
 
 
 class Tuner(Protocol):
-    """What the service needs from ``search.optimizer.GemmTuner``."""
+    """What the service needs from a tuner (``search.optimizer.SpaceTuner`` and kin)."""
 
     exhausted: bool
 
     def propose(self, n: int, known: Callable[[dict[str, Any]], Measurement | None],
                 **kwargs: Any) -> list[Any]:
-        """Up to ``n`` new proposals; the CUTLASS tuner also takes ``budget``
-        (``search.cutlass_tuner.CompileBudget``)."""
+        """Up to ``n`` new proposals; a library search's tuner also takes ``budget``
+        (``search.optimizer.CompileBudget``)."""
 
     def record(self, trial_number: int, measurement: Measurement) -> None: ...
 
@@ -39,25 +41,18 @@ class Tuner(Protocol):
         """Forget a proposal that will never be measured (cancelled, out of time)."""
 
 
-#: ``(storage_url, problem, gpu_model, limits, seed, tier, **tier_args) -> Tuner``; the
-#: CUTLASS search passes ``ops``, the declared operations that serve the problem.
+#: ``(storage_url, problem, gpu_model, limits, seed, tier, *, catalogues) -> Tuner``
 TunerFactory = Callable[..., Tuner]
 
 
-def optuna_tuner(storage_url: str, problem: GemmProblem, gpu_model: str, limits: DeviceLimits,
-                 seed: int, tier: str | None = None, *, ops: Sequence[Any] = ()) -> Tuner:
-    """The real tuner: an Optuna study (per search tier) in the service's own database; the
-    CUTLASS search (``search.decision.CUTLASS_TIER``) has a study over ``ops`` (the operations
-    the GPU model's workers declared that serve the problem, ``service.library.cutlass_ops``)."""
-    from search.decision import CUTLASS_TIER
-
-    if tier == CUTLASS_TIER:
-        from search.cutlass_tuner import CutlassTuner
-
-        return CutlassTuner(storage_url, problem, gpu_model, ops, seed=seed)
-    from search.optimizer import GemmTuner
-
-    return GemmTuner(storage_url, problem, gpu_model, limits, seed=seed, tier=tier)
+def optuna_tuner(storage_url: str, problem: Problem, gpu_model: str, limits: DeviceLimits,
+                 seed: int, tier: str | None = None, *,
+                 catalogues: Catalogues = lambda name: None) -> Tuner:
+    """The real tuner: the problem's kind builds an Optuna study for ``tier`` in the service's
+    own database (``catalogues``: what the GPU model's workers declared, e.g. the operations a
+    library-side search runs over)."""
+    return kinds.get(problem.kind).tuner(storage_url, problem, gpu_model, limits, seed, tier,
+                                         catalogues)
 
 
 class TunerPool:
@@ -71,7 +66,7 @@ class TunerPool:
         self._guard = threading.Lock()
 
     @contextmanager
-    def use(self, problem: GemmProblem, gpu_model: str, limits: DeviceLimits,
+    def use(self, problem: Problem, gpu_model: str, limits: DeviceLimits,
             seed: int, tier: str | None = None, **tier_args: Any) -> Iterator[Tuner]:
         """The tuner of ``problem`` on ``gpu_model`` (in ``tier``), held exclusively inside
         the block; ``tier_args`` go to the factory when it builds the tuner."""

@@ -18,9 +18,10 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from search.constraints import DeviceLimits
-from search.decision import CUTLASS_TIER
-from search.types import GemmProblem, Measurement
+from search.kinds.gemm import CUTLASS_TIER
+from search.kinds.gemm.spec import GemmProblem
+from search.limits import DeviceLimits
+from search.types import Measurement
 from service.app import create_app
 from service.settings import ServiceSettings
 from service.tuning import TunerFactory

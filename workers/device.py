@@ -12,7 +12,8 @@ import subprocess
 from functools import cache
 from typing import Any
 
-from search.types import INTERPRETER_GPU, Backend, Device
+from search.kinds.gemm.spec import Backend
+from search.types import INTERPRETER_GPU, Device
 
 __all__ = ["cutlass_catalogue", "cutlass_unavailable", "detect_device", "environment",
            "nvidia_smi"]
@@ -86,7 +87,8 @@ def detect_device(interpret: bool | None = None) -> Device:
     use_cuda = torch.cuda.is_available() if interpret is None else not interpret
     if not use_cuda:
         return Device(gpu_model=INTERPRETER_GPU, mode="interpreter", torch=torch_version,
-                      triton=triton_version)
+                      triton=triton_version,
+                      backends=(Backend.CUBLAS.value, Backend.TRITON.value))
     if not torch.cuda.is_available():
         raise RuntimeError("interpret=False asks for CUDA, but torch sees no CUDA device")
     idx = torch.cuda.current_device()

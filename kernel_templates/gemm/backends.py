@@ -8,7 +8,7 @@ fp8 e4m3 problems are scaled (``GemmProblem.scaled``): the input set carries per
 ``cublas`` runs ``torch._scaled_mm`` with them and ``cutlass`` gets alpha = scale_a * scale_b on
 the device; Triton has no fp8 template and refuses them.
 
-``cutlass`` candidates (``search.spaces.cutlass_gemm`` configs) load their operation from the
+``cutlass`` candidates (``search.kinds.gemm.cutlass_space`` configs) load their operation from the
 CUTLASS artifact cache (``kernel_templates.gemm.cutlass``), compiling it first when the worker's
 ``prepare`` did not; nvcc failing raises ``kernel_templates.gemm.cutlass.CompileError``
 (``Status.COMPILE_ERROR``), a launcher's non-zero status ``CutlassError``
@@ -27,7 +27,8 @@ from kernel_templates import registry
 from kernel_templates.errors import InvalidConfig, Unsupported
 from kernel_templates.gemm.inputs import GemmInputs, make_inputs, torch_dtype
 from kernel_templates.gemm.reference import reference_for, rel_error, tolerance_for
-from search.types import Backend, Candidate, GemmProblem, ProblemError, check_served
+from search.kinds.gemm.spec import Backend, GemmProblem, check_served
+from search.types import Candidate, ProblemError
 
 __all__ = ["cutlass_kernel", "register"]
 
@@ -115,7 +116,7 @@ def cutlass_kernel(op: Any) -> Any:
 
 
 def _cutlass(candidate: Candidate, inputs: GemmInputs) -> KernelCall:
-    from search.spaces.cutlass_gemm import violations
+    from search.kinds.gemm.cutlass_space import violations
 
     device = inputs.a.device
     if device.type != "cuda":
@@ -150,7 +151,8 @@ def _triton_supports(problem: GemmProblem) -> None:
 
 def _triton_static(problem: GemmProblem, config: dict[str, Any], mode: str, smem: int
                    ) -> list[str]:
-    from search.constraints import limits_for, violations
+    from search.kinds.gemm.triton_constraints import violations
+    from search.limits import limits_for
 
     return violations(problem, config, limits_for(mode, smem))
 

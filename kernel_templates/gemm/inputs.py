@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from kernel_templates.errors import Unsupported
-from search.types import GemmProblem
+from search.kinds.gemm.spec import GemmProblem
 
 __all__ = ["FP8_SPREAD", "TORCH_DTYPES", "GemmInputs", "make_inputs", "torch_dtype"]
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from kernel_templates.gemm.inputs import GemmInputs
-from search.types import GemmProblem
+from search.kinds.gemm.spec import GemmProblem
 
 __all__ = ["BASE_TOLERANCE", "FP8_TOLERANCE", "TF32_TOLERANCE", "reference_for",
            "reference_matmul", "rel_error", "tolerance", "tolerance_for"]

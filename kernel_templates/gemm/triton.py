@@ -7,7 +7,7 @@ tiles of B in L2. A and B may be row- or column-major (any strides); batch is gr
 
 Split-K (``SPLIT_K > 1``): grid axis 1 cuts K into ``SPLIT_K`` slices and each program writes
 its fp32 partial tile to a workspace. Two ways to sum them (``SPLITK_MODE``; by default serial
-up to ``search.spaces.triton_gemm.SERIAL_MAX_SPLIT`` slices, two launches beyond):
+up to ``search.kinds.gemm.triton_space.SERIAL_MAX_SPLIT`` slices, two launches beyond):
 
 - ``"serial"`` (one launch): after storing its partial, a program bumps a per-tile counter
   (``atomic_add``, acq_rel, gpu scope, after a CTA barrier so every thread's stores are
@@ -25,12 +25,12 @@ cached per device and grown on demand (the counters zeroed once: every launch le
 zero), so a launch on a warm cache allocates nothing; two concurrent streams must not share
 them.
 
-Configuration keys (``search.spaces.triton_gemm.PARAMS``)::
+Configuration keys (``search.kinds.gemm.triton_space.PARAMS``)::
 
     BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, num_warps, num_stages
 
 and optional ones (``OPTIONAL_KEYS``); ``check_config`` fills each absent one with its default
-(``search.spaces.triton_gemm.complete``, whose configurations always carry them all), so a
+(``search.kinds.gemm.triton_space.complete``, whose configurations always carry them all), so a
 configuration fixes the kernel, whatever the process:
 
 - ``SPLITK_MODE`` (``"serial"``, ``"two_launch"``) and ``FANIN`` (a power of two dividing
@@ -78,7 +78,7 @@ from kernel_templates.gemm.host import (
     sm_count,
     tma_describe,
 )
-from search.spaces.triton_gemm import SPLITK_MODES, complete
+from search.kinds.gemm.triton_space import SPLITK_MODES, complete
 
 __all__ = ["CONFIG_KEYS", "DTYPES", "INPUT_PRECISIONS", "LOADS", "OPTIONAL_KEYS", "bytes_moved",
            "check_config", "flops", "matmul", "tma_tiles"]
@@ -420,7 +420,7 @@ def _choice(config: dict[str, Any], key: str, allowed: tuple[str, ...]) -> str:
 
 def check_config(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` complete (every optional key, absent ones at their defaults:
-    ``search.spaces.triton_gemm.complete``) with ints as ints, or ``InvalidConfig`` when a
+    ``search.kinds.gemm.triton_space.complete``) with ints as ints, or ``InvalidConfig`` when a
     required key is missing, a key is unknown or a value cannot run. Rules that need the
     operands (dtype, device, alignment) are checked by ``matmul``."""
     missing = [k for k in CONFIG_KEYS if k not in config]

@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from search.types import SERVED_DTYPES
+from search.kinds.gemm.spec import SERVED_DTYPES
 from service.local import LocalCluster
 from service.settings import ServiceSettings
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from search.types import GemmProblem
+from search.kinds.gemm.spec import GemmProblem
 
 
 def problem_of(shape: dict[str, Any]) -> GemmProblem:
@@ -36,7 +36,7 @@ def problem_of(shape: dict[str, Any]) -> GemmProblem:
 def chosen_ops(problem: GemmProblem, max_ops: int, gpu: str) -> tuple[list[Any], str | None]:
     """The ops to build for ``problem`` (the first ``max_ops`` seeds) and why none, if none."""
     from kernel_templates.gemm import cutlass as kc
-    from search.spaces import cutlass_gemm as space
+    from search.kinds.gemm import cutlass_space as space
 
     reason = kc.why_unsupported(problem)
     ops = kc.ops_for(problem)

@@ -27,7 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from search.types import Candidate, GemmProblem, Measurement, Status, Task
+from search.kinds.gemm.spec import GemmProblem
+from search.types import Candidate, Measurement, Status, Task
 from service.client import KernelSearchError
 
 

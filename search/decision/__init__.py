@@ -36,8 +36,8 @@ from search.decision.actions import (
     Wait,
 )
 from search.decision.evidence import (
-    CUTLASS_TIER,
     Evidence,
+    Roles,
     Stage,
     TierPlan,
     Trial,
@@ -55,7 +55,7 @@ from search.decision.stops import (
 )
 
 __all__ = [
-    "CUTLASS_SEARCH_MAX_GAIN", "CUTLASS_TIER", "Action", "Bounds", "Calibrate", "CutlassProgress",
+    "CUTLASS_SEARCH_MAX_GAIN", "Action", "Bounds", "Roles", "Calibrate", "CutlassProgress",
     "Decide", "Decision", "Evidence", "MeasureLibrary", "Pick", "Plan", "Policy", "Search",
     "Stage", "StopTier", "TierPlan", "TierProgress", "Trial", "Verdict", "Verification",
     "Verify", "Wait", "cutlass_progress", "plan", "tier_progress",

@@ -9,7 +9,6 @@ from typing import Any
 
 from search.decision.evidence import Stage, Trial, Verdict
 from search.roofline import Roofline
-from search.types import Backend
 
 __all__ = ["Action", "Calibrate", "Decide", "Decision", "MeasureLibrary", "Pick", "Plan",
            "Search", "StopTier", "Verify", "Wait"]
@@ -105,8 +104,10 @@ class Decision:
     #: first stage and the CUTLASS search
     library_trials: tuple[Mapping[str, Any], ...] = ()
     notes: tuple[str, ...] = ()
-    #: cuBLAS in the verification's rounds (when the library's pick was another kernel)
+    #: the baseline in the verification's rounds (when the library's pick was another kernel)
     reference: Pick | None = None
+    #: the library backend speed-ups are also stated against (``Roles.baseline``)
+    baseline: str = ""
 
     @property
     def chosen(self) -> str:
@@ -114,8 +115,9 @@ class Decision:
         return "custom" if self.verdict == Verdict.CUSTOM_WINS else "library"
 
     @property
-    def speedup_vs_cublas(self) -> float | None:
-        """cuBLAS's time over the chosen kernel's (the library pick may be a CUTLASS op).
+    def speedup_vs_baseline(self) -> float | None:
+        """The baseline's time over the chosen kernel's (the library pick may be another
+        library kernel, e.g. a CUTLASS op against cuBLAS).
 
         Each ratio is taken within one measurement set. A verification that ran cuBLAS as
         its reference gives it directly (both medians from the same interleaved rounds).
@@ -127,7 +129,7 @@ class Decision:
         if self.reference is not None and chosen is not None and chosen.median_us > 0:
             return self.reference.median_us / chosen.median_us
         cublas = [t["median_us"] for t in self.library_trials
-                  if t.get("backend") == Backend.CUBLAS.value and t.get("status") == "ok"
+                  if t.get("backend") == self.baseline and t.get("status") == "ok"
                   and t.get("median_us")]
         if not cublas or self.library is None or self.speedup is None:
             return None
@@ -144,7 +146,9 @@ class Decision:
             "bound": rf.bound if rf else None,
             "attainable_us": rf.attainable_us if rf else None,
             "roofline": rf.to_dict() if rf else None,
-            "speedup": self.speedup, "speedup_vs_cublas": self.speedup_vs_cublas,
+            "speedup": self.speedup, "baseline": self.baseline,
+            # the API's name from before problem kinds: the speed-up over the baseline
+            "speedup_vs_cublas": self.speedup_vs_baseline,
             "verified": self.verified,
             "spend": {k: dict(v) for k, v in self.spend.items()},
             "tiers": [dict(t) for t in self.tiers], "policy": dict(self.policy),

@@ -10,13 +10,33 @@ from typing import Any
 
 from search.decision.policy import Policy
 from search.roofline import Calibration
-from search.types import GemmProblem
+from search.types import Problem
 
-__all__ = ["CUTLASS_TIER", "Evidence", "Stage", "TierPlan", "Trial", "Verdict", "Verification"]
+__all__ = ["Evidence", "Roles", "Stage", "TierPlan", "Trial", "Verdict", "Verification"]
 
-#: The ``tier`` of the CUTLASS search's candidates. Library side: its trials count with the
-#: library (``Evidence.library``), never with the custom tiers.
-CUTLASS_TIER = "cutlass"
+@dataclass(frozen=True)
+class Roles:
+    """Which backends and which tier play which part in a decision, as the problem's kind
+    declares them (``search.kinds``), so the decision loop names no backend of its own.
+
+    ``baseline``: the library kernel every speed-up is also stated against, and that another
+    library pick is confirmed against. ``library_tier``: the tier of a search on the library
+    side (its trials count as library), searching the ranked configurations of ``searched``.
+    The names are how the rationale writes them."""
+
+    baseline: str
+    library_tier: str | None = None
+    searched: str | None = None
+    baseline_name: str = ""
+    searched_name: str = ""
+
+    @property
+    def baseline_label(self) -> str:
+        return self.baseline_name or self.baseline
+
+    @property
+    def searched_label(self) -> str:
+        return self.searched_name or str(self.searched)
 
 
 class Verdict(StrEnum):
@@ -31,7 +51,7 @@ class Stage(StrEnum):
     """Where a job stands (the stage of the :class:`~search.decision.Plan` that says so)."""
 
     LIBRARY = "library"
-    CUTLASS = "cutlass"
+    CUTLASS = "cutlass"  # the library search (its name is historic: the API reports it)
     CUSTOM = "custom"
     VERIFY = "verify"
     DECIDED = "decided"
@@ -97,7 +117,7 @@ class Verification:
 class Evidence:
     """Everything known about one job's decision (built by the service from the database)."""
 
-    problem: GemmProblem
+    problem: Problem
     policy: Policy
     calibration: Calibration | None
     calibration_failed: bool = False
@@ -114,11 +134,20 @@ class Evidence:
     time_up: bool = False
     calibration_gpu_s: float = 0.0
 
+    #: which backends and tier play which part (the problem's kind says)
+    roles: Roles | None = None
+
+    @property
+    def r(self) -> Roles:
+        if self.roles is None:
+            raise ValueError("Evidence.roles is required (the problem kind's Roles)")
+        return self.roles
+
     @property
     def library(self) -> list[Trial]:
-        """The first stage's candidates and the CUTLASS search's."""
-        return [t for t in self.trials if t.tier in (None, CUTLASS_TIER)]
+        """The first stage's candidates and the library search's."""
+        return [t for t in self.trials if t.tier in (None, self.r.library_tier)]
 
     @property
     def custom(self) -> list[Trial]:
-        return [t for t in self.trials if t.tier not in (None, CUTLASS_TIER)]
+        return [t for t in self.trials if t.tier not in (None, self.r.library_tier)]

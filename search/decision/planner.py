@@ -36,7 +36,7 @@ from search.decision.actions import (
     Verify,
     Wait,
 )
-from search.decision.evidence import CUTLASS_TIER, Evidence, Stage, Trial
+from search.decision.evidence import Evidence, Stage, Trial
 from search.decision.stops import (
     CutlassProgress,
     TierProgress,
@@ -52,7 +52,7 @@ from search.decision.verdicts import (
     with_notes,
 )
 from search.roofline import Roofline, roofline
-from search.types import Backend, config_key
+from search.types import config_key
 
 __all__ = ["plan"]
 
@@ -115,7 +115,7 @@ class _Situation:
     @cached_property
     def cut_out(self) -> bool:
         """CUTLASS search trials in flight."""
-        return any(not t.done for t in self.ev.library if t.tier == CUTLASS_TIER)
+        return any(not t.done for t in self.ev.library if t.tier == self.ev.r.library_tier)
 
     @cached_property
     def tuning(self) -> bool:
@@ -141,7 +141,7 @@ def _verdict1(s: _Situation) -> Plan | None:
         return None
     if s.cut is not None and not s.cut.ended and _confirmation(s.ev) is not None:
         # tune_library=False: the search is moot while the confirmation runs
-        s.actions.append(StopTier(CUTLASS_TIER, rationale.THRESHOLD_REACHED))
+        s.actions.append(StopTier(s.cut.name, rationale.THRESHOLD_REACHED))
     return _keep_library(s, decide_library_sufficient(s.ev, s.rf, s.lib, s.lib_eff, s.held))
 
 
@@ -153,17 +153,17 @@ def _cutlass_search(s: _Situation) -> Plan | None:
     if cut is None:
         return None
     if cut.ended and s.cut_out:
-        s.actions.append(StopTier(CUTLASS_TIER, cut.reason))
+        s.actions.append(StopTier(cut.name, cut.reason))
         if s.tuning:  # verdict 1 waits for the search's last results
             return s.then(Stage.CUTLASS, Wait("waiting for the CUTLASS search"))
     if cut.ended:
         return None
     if s.lib_pending:  # its seeds are the first stage's: never propose one twice
         return s.then(Stage.LIBRARY, Wait("waiting for the library"))
-    if (not ev.time_up and CUTLASS_TIER not in ev.exhausted_tiers
+    if (not ev.time_up and cut.name not in ev.exhausted_tiers
             and cut.created < (cut.budget or 0) and (cut.room is None or cut.room > 0)):
         left = max(0.0, ev.policy.cutlass_compile_s - cut.compile_s)
-        return s.then(Stage.CUTLASS, Search(CUTLASS_TIER, cut.room, left))
+        return s.then(Stage.CUTLASS, Search(cut.name, cut.room, left))
     return s.then(Stage.CUTLASS, Wait("waiting for the CUTLASS search"))
 
 
@@ -208,8 +208,8 @@ def _verdict2(s: _Situation) -> Plan:
         return _keep_library(s, decide_after_search(ev, s.rf, lib, cus, s.progress))
     v = ev.verification
     if v is None or (v.library_id, v.custom_id) != (lib.id, cus.id):
-        cublas = best_trial([t for t in ev.library if t.backend == Backend.CUBLAS])
-        ref = cublas if cublas is not None and lib.backend != Backend.CUBLAS else None
+        cublas = best_trial([t for t in ev.library if t.backend == ev.r.baseline])
+        ref = cublas if cublas is not None and lib.backend != ev.r.baseline else None
         return s.then(Stage.VERIFY, Verify(lib, cus, pol.verify_rounds, ref))
     if v.status is None:
         return s.then(Stage.VERIFY, Wait("waiting for the verification"))
@@ -232,7 +232,7 @@ def _keep_library(s: _Situation, d: Decision) -> Plan:
             return s.then(Stage.VERIFY, Verify(other, None, ev.policy.verify_rounds, cublas))
         if v.status is None:
             return s.then(Stage.VERIFY, Wait("waiting for the library confirmation"))
-        d = confirmed(d, s.rf, pair, v)
+        d = confirmed(d, s.rf, pair, v, s.ev.r.baseline_label)
     return Plan(Stage.DECIDED, (Decide(with_notes(ev, s.cut, d)),))
 
 
@@ -245,8 +245,8 @@ def _confirmation(ev: Evidence) -> tuple[Trial, Trial] | None:
     pol = ev.policy
     if not pol.confirm_library or ev.time_up:
         return None
-    cublas = best_trial([t for t in ev.library if t.backend == Backend.CUBLAS])
-    other = best_trial([t for t in ev.library if t.backend != Backend.CUBLAS])
+    cublas = best_trial([t for t in ev.library if t.backend == ev.r.baseline])
+    other = best_trial([t for t in ev.library if t.backend != ev.r.baseline])
     if cublas is None or other is None:
         return None
     if other.median_us > cublas.median_us * (1 + pol.verify_margin):
@@ -278,8 +278,8 @@ def _library_wanted(ev: Evidence, skip_verdict1: bool, need_cal: bool
 def _first_wave(ev: Evidence) -> set[tuple[str, str]]:
     """The keys of the first stage's first wave: cuBLAS and the ``policy.first_cutlass_seeds``
     best-ranked CUTLASS seeds (``library_configs`` lists them in rank order)."""
-    seeds = [_key(b, c) for b, c in ev.library_configs if b == Backend.CUTLASS]
-    rest = {_key(b, c) for b, c in ev.library_configs if b != Backend.CUTLASS}
+    seeds = [_key(b, c) for b, c in ev.library_configs if b == ev.r.searched]
+    rest = {_key(b, c) for b, c in ev.library_configs if b != ev.r.searched}
     return rest | set(seeds[:ev.policy.first_cutlass_seeds])
 
 
@@ -290,7 +290,7 @@ def _first_wave_answers(ev: Evidence, first: set[tuple[str, str]], need_cal: boo
     correctly, or there is no roofline), every seed is measured: one may be the library's
     best, and the verdict is asked on all of them."""
     everything = {_key(b, c) for b, c in ev.library_configs}
-    if first == everything or not any(b != Backend.CUTLASS for b, _ in first):
+    if first == everything or not any(b != ev.r.searched for b, _ in first):
         return False
     measured = [t for t in ev.library if t.tier is None and _key(t.backend, t.config) in first]
     if len(measured) < len(first) or any(not t.done for t in measured) or need_cal:

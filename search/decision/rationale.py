@@ -46,8 +46,8 @@ def tier_skipped(tier: TierPlan) -> str:
     return f"skipped: {tier.reason}"
 
 
-def cutlass_skipped(seeds: Trial, first: Trial, max_gain: float) -> str:
-    return (f"skipped: the first stage's best CUTLASS op ({seeds.median_us:.1f} us) is "
+def cutlass_skipped(name: str, seeds: Trial, first: Trial, max_gain: float) -> str:
+    return (f"skipped: the first stage's best {name} op ({seeds.median_us:.1f} us) is "
             f"{seeds.median_us / first.median_us - 1:.0%} behind {first.backend}'s "
             f"{first.median_us:.1f} us; even a {max_gain:.0%} gain would not make it faster")
 
@@ -83,8 +83,8 @@ def library_sufficient(rf: Roofline, lib: Trial, eff: float, threshold: float) -
             "library: it is sufficient and no custom kernel was tried.")
 
 
-def seeds_held(held: int, first_cutlass_seeds: int) -> str:
-    seeds = f"{held} other CUTLASS seeds were" if held > 1 else "other CUTLASS seed was"
+def seeds_held(name: str, held: int, first_cutlass_seeds: int) -> str:
+    seeds = f"{held} other {name} seeds were" if held > 1 else f"other {name} seed was"
     return (f"The {seeds} not measured: the library reached the threshold without "
             f"{'them' if held > 1 else 'it'} (policy first_cutlass_seeds="
             f"{first_cutlass_seeds}).")
@@ -111,21 +111,21 @@ def library_stands(rf: Roofline | None, lib: Trial | None, eff: float | None,
 
 
 # -- the library confirmation ------------------------------------------------------------------
-def confirmation_failed(other: Trial, v: Verification) -> str:
-    return (f"The interleaved confirmation of {other.backend} against cuBLAS "
-            f"failed ({v.status}: {v.error or 'no detail'}): cuBLAS is the library's pick.")
+def confirmation_failed(baseline: str, other: Trial, v: Verification) -> str:
+    return (f"The interleaved confirmation of {other.backend} against {baseline} "
+            f"failed ({v.status}: {v.error or 'no detail'}): {baseline} is the library's pick.")
 
 
-def confirmation(other: Trial, rounds: int, other_us: float, other_range: float,
-                 cublas_us: float, cublas_range: float) -> str:
+def confirmation(baseline: str, other: Trial, rounds: int, other_us: float,
+                 other_range: float, cublas_us: float, cublas_range: float) -> str:
     if other_us < cublas_us:
         return (f"Interleaved over {rounds} rounds, {other.backend} took {other_us:.2f} us "
-                f"(range {other_range:.2f}) and cuBLAS {cublas_us:.2f} us (range "
+                f"(range {other_range:.2f}) and {baseline} {cublas_us:.2f} us (range "
                 f"{cublas_range:.2f}): {cublas_us / other_us:.3f}x, {other.backend} is the "
                 "library's pick.")
-    return (f"Interleaved over {rounds} rounds, cuBLAS took {cublas_us:.2f} us (range "
+    return (f"Interleaved over {rounds} rounds, {baseline} took {cublas_us:.2f} us (range "
             f"{cublas_range:.2f}) and {other.backend} {other_us:.2f} us (range "
-            f"{other_range:.2f}): cuBLAS is the library's pick.")
+            f"{other_range:.2f}): {baseline} is the library's pick.")
 
 
 # -- after a custom search ---------------------------------------------------------------------
@@ -198,13 +198,13 @@ def unverified(custom_us: float, lib_us: float, spread: float, custom_wins: bool
 
 
 # -- the CUTLASS search, summarised -----------------------------------------------------------
-def cutlass_search(cut: CutlassProgress) -> str | None:
-    """The CUTLASS search's line in the rationale (None: it neither ran nor was skipped)."""
+def cutlass_search(name: str, cut: CutlassProgress) -> str | None:
+    """The library search's line in the rationale (None: it neither ran nor was skipped)."""
     if cut.created:
         best = f"best {cut.best_us:.1f} us" if cut.best_us is not None else "none ran correctly"
-        return (f"CUTLASS search (library side): {cut.created} trials, {best}, "
+        return (f"{name} search (library side): {cut.created} trials, {best}, "
                 f"{cut.compile_s:.0f} of {cut.compile_budget_s:.0f} compile-s "
                 f"({cut.reason or 'open'}).")
     if cut.reason.startswith("skipped"):
-        return f"CUTLASS search (library side): {cut.reason}."
+        return f"{name} search (library side): {cut.reason}."
     return None

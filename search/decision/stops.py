@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from search.decision import rationale
-from search.decision.evidence import CUTLASS_TIER, Evidence, TierPlan, Trial
+from search.decision.evidence import Evidence, TierPlan, Trial
 from search.decision.policy import Policy
-from search.types import Backend
 
 __all__ = ["CUTLASS_SEARCH_MAX_GAIN", "CutlassProgress", "TierProgress", "best_trial",
            "cutlass_progress", "tier_progress"]
@@ -174,9 +173,11 @@ def cutlass_progress(ev: Evidence) -> CutlassProgress | None:
     when it stalls (no > ``min_gain`` gain on the library best in ``patience`` trials; not
     under ``full_search``), or when time is up."""
     pol = ev.policy
-    if pol.cutlass_trials <= 0 or not any(b == Backend.CUTLASS for b, _ in ev.library_configs):
+    searched, tier = ev.r.searched, ev.r.library_tier
+    if (tier is None or pol.cutlass_trials <= 0
+            or not any(b == searched for b, _ in ev.library_configs)):
         return None
-    trials = sorted((t for t in ev.trials if t.tier == CUTLASS_TIER), key=lambda t: t.id)
+    trials = sorted((t for t in ev.trials if t.tier == tier), key=lambda t: t.id)
     done = [t for t in trials if t.done]
     compile_s = sum(t.compile_s for t in done)
     first = best_trial([t for t in ev.trials if t.tier is None])
@@ -187,7 +188,7 @@ def cutlass_progress(ev: Evidence) -> CutlassProgress | None:
     if not pol.full_search:
         room = min(budget - len(trials), pol.patience - since - (len(trials) - len(done)))
     best = best_trial(trials)
-    return CutlassProgress(CUTLASS_TIER, budget, len(trials), len(done),
+    return CutlassProgress(tier, budget, len(trials), len(done),
                            best.median_us if best else None, bool(reason), reason, room,
                            compile_s, pol.cutlass_compile_s)
 
@@ -198,13 +199,14 @@ def _cutlass_end(ev: Evidence, trials: list[Trial], done: list[Trial], first: Tr
     pol = ev.policy
     all_in = len(done) == len(trials)
     seeds = best_trial([t for t in ev.trials
-                        if t.tier is None and t.backend == Backend.CUTLASS])
+                        if t.tier is None and t.backend == ev.r.searched])
     if (not trials and not pol.full_search and seeds is not None and first is not None
             and seeds.median_us / (1 + CUTLASS_SEARCH_MAX_GAIN) >= first.median_us):
-        return rationale.cutlass_skipped(seeds, first, CUTLASS_SEARCH_MAX_GAIN)
+        return rationale.cutlass_skipped(ev.r.searched_label, seeds, first,
+                                         CUTLASS_SEARCH_MAX_GAIN)
     if len(trials) >= pol.cutlass_trials and all_in:
         return rationale.budget_spent(pol.cutlass_trials)
-    if CUTLASS_TIER in ev.exhausted_tiers and all_in:
+    if ev.r.library_tier in ev.exhausted_tiers and all_in:
         return rationale.cutlass_exhausted(compile_s, pol.cutlass_compile_s)
     if not pol.full_search and since >= pol.patience:
         return rationale.stalled(pol.min_gain, since)

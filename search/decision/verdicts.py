@@ -17,7 +17,7 @@ from typing import Any
 
 from search.decision import rationale
 from search.decision.actions import Decision, Pick
-from search.decision.evidence import CUTLASS_TIER, Evidence, Trial, Verdict, Verification
+from search.decision.evidence import Evidence, Trial, Verdict, Verification
 from search.decision.stops import CutlassProgress, TierProgress
 from search.roofline import Roofline
 
@@ -44,7 +44,7 @@ def _pick(t: Trial, rf: Roofline | None, median: float | None = None,
 
 def _spend(ev: Evidence) -> dict[str, dict[str, float]]:
     lib = [t for t in ev.library if t.tier is None]
-    cut = [t for t in ev.library if t.tier == CUTLASS_TIER]
+    cut = [t for t in ev.library if t.tier == ev.r.library_tier]
     cus = ev.custom
     v = ev.verification
     return {
@@ -66,7 +66,7 @@ def _spend(ev: Evidence) -> dict[str, dict[str, float]]:
 def _library_trials(ev: Evidence) -> tuple[dict[str, Any], ...]:
     return tuple({"candidate_id": t.id, "backend": t.backend, "config": dict(t.config),
                   "status": t.status, "median_us": t.median_us, "p20_us": t.p20_us,
-                  "p80_us": t.p80_us, "search": t.tier == CUTLASS_TIER}
+                  "p80_us": t.p80_us, "search": t.tier == ev.r.library_tier}
                  for t in sorted(ev.library, key=lambda t: t.id))
 
 
@@ -75,14 +75,14 @@ def with_notes(ev: Evidence, cut: CutlassProgress | None, d: Decision) -> Decisi
     ran) first among the searches, and the evidence's notes added to its rationale."""
     notes = tuple(ev.library_notes)
     why, tiers = d.rationale, d.tiers
-    line = rationale.cutlass_search(cut) if cut is not None else None
+    line = rationale.cutlass_search(ev.r.searched_label, cut) if cut is not None else None
     if cut is not None and line is not None:
         why += f" {line}"
         tiers = (cut.to_dict(), *tiers)
     if notes:
         why = " ".join((why, *notes))
     return replace(d, rationale=why, tiers=tiers, library_trials=_library_trials(ev),
-                   notes=notes)
+                   notes=notes, baseline=ev.r.baseline)
 
 
 # -- verdict 1 ---------------------------------------------------------------------------------
@@ -91,7 +91,8 @@ def decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial, eff: float
     """The library reached the threshold (``held``: CUTLASS seeds left unmeasured)."""
     why = rationale.library_sufficient(rf, lib, eff, ev.policy.threshold)
     if held:
-        why += " " + rationale.seeds_held(held, ev.policy.first_cutlass_seeds)
+        why += " " + rationale.seeds_held(ev.r.searched_label, held,
+                                          ev.policy.first_cutlass_seeds)
     return Decision(Verdict.LIBRARY_SUFFICIENT, why, _pick(lib, rf), None, rf, 1.0, False,
                     _spend(ev), (), ev.policy.to_dict())
 
@@ -206,8 +207,8 @@ def _on_search_medians(ev: Evidence, rf: Roofline | None, lib: Trial, cus: Trial
 
 
 # -- the library confirmation ------------------------------------------------------------------
-def confirmed(d: Decision, rf: Roofline | None, pair: tuple[Trial, Trial], v: Verification
-              ) -> Decision:
+def confirmed(d: Decision, rf: Roofline | None, pair: tuple[Trial, Trial], v: Verification,
+              baseline: str) -> Decision:
     """``d`` after the confirmation ``v`` of ``pair`` (other, cuBLAS): its library pick is the
     faster of the two in the rounds, its ``reference`` cuBLAS in them, and its rationale says
     so. A failed confirmation (the other kernel wrong on the re-check, a crash) leaves cuBLAS,
@@ -215,10 +216,11 @@ def confirmed(d: Decision, rf: Roofline | None, pair: tuple[Trial, Trial], v: Ve
     other, cublas = pair
     if v.status != "ok" or not v.library_us or not v.reference_us:
         return replace(d, library=_pick(cublas, rf), reference=None,
-                       rationale=f"{d.rationale} {rationale.confirmation_failed(other, v)}")
+                       rationale=f"{d.rationale} "
+                                 f"{rationale.confirmation_failed(baseline, other, v)}")
     om, orng = statistics.median(v.library_us), _range(v.library_us)
     cm, crng = statistics.median(v.reference_us), _range(v.reference_us)
     ref = _pick(cublas, rf, cm, crng)
     pick = _pick(other, rf, om, orng) if om < cm else ref
-    said = rationale.confirmation(other, len(v.library_us), om, orng, cm, crng)
+    said = rationale.confirmation(baseline, other, len(v.library_us), om, orng, cm, crng)
     return replace(d, library=pick, reference=ref, rationale=f"{d.rationale} {said}")

@@ -2,32 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
-from search.types import GemmProblem, ProblemError
+from search import kinds
+from search.types import ProblemError
 from service.deps import FlowDep, GpuQ
 from service.errors import InvalidInput
 from service.queries import find_best
-from service.schemas import MAX_DIM, BestOut
+from service.schemas import BestOut
 from service.views import best_out
 
 router = APIRouter(prefix="/v1", tags=["best"])
-DimQ = Annotated[int, Query(ge=1, le=MAX_DIM)]
-WordQ = Annotated[str, Query(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_]+$")]
+KindQ = Annotated[str, Query(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_]+$",
+                             description="the problem's kind; its fields follow as parameters, "
+                                         "e.g. m, n, k, dtype for gemm")]
+#: Query parameters that are not the problem's fields.
+_NOT_FIELDS = ("gpu",)
+_MAX_PARAMS = 32
 
 
 @router.get("/best", response_model=BestOut,
             responses={404: {"description": "this problem was never tuned on that GPU"}})
-def best(flow: FlowDep, m: DimQ, n: DimQ, k: DimQ,
-         kind: Literal["gemm"] = "gemm", batch: DimQ = 1, dtype: WordQ = "bf16",
-         out_dtype: WordQ | None = None, acc_dtype: WordQ = "fp32",
-         layout_a: WordQ = "row", layout_b: WordQ = "row",
-         gpu: GpuQ = None) -> BestOut:
+def best(request: Request, flow: FlowDep, kind: KindQ = "gemm", gpu: GpuQ = None
+         ) -> BestOut:
+    """``/v1/best?kind=gemm&m=4096&n=4096&k=4096&dtype=bf16[&gpu=...]``: the problem's fields
+    are the kind's (``POST /v1/jobs``'s ``problem``), given as query parameters."""
+    params = {k: v for k, v in request.query_params.items() if k not in _NOT_FIELDS}
+    if len(params) > _MAX_PARAMS:
+        raise InvalidInput(["query"], f"at most {_MAX_PARAMS} parameters")
     try:
-        problem = GemmProblem(m=m, n=n, k=k, batch=batch, dtype=dtype, out_dtype=out_dtype,
-                              acc_dtype=acc_dtype, layout_a=layout_a, layout_b=layout_b)
+        problem = kinds.parse_query(kinds.get(kind), params)
     except ProblemError as exc:
         raise InvalidInput(["query", exc.field], exc.message) from exc
     return best_out(find_best(flow.db, problem, gpu))

@@ -6,8 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
+from search import kinds
 from search.decision import Policy
-from search.types import Problem, ProblemError
+from search.types import Problem, ProblemError, parse_problem
 from service.deps import FlowDep, PagingDep, SettingsDep
 from service.errors import InvalidInput
 from service.flow import Flow
@@ -22,7 +23,7 @@ JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
 @router.post("", status_code=201, response_model=JobOut)
 def submit_job(body: JobIn, flow: FlowDep, settings: SettingsDep) -> JobOut:
     try:
-        problem = body.problem.to_problem()
+        problem = parse_problem(body.problem)
     except ProblemError as exc:
         raise InvalidInput(["body", "problem", exc.field], exc.message) from exc
     return submit(flow, settings, problem, body)
@@ -38,7 +39,8 @@ def submit(flow: Flow, settings: ServiceSettings, problem: Problem, body: Reopen
                             max_trials=budget.max_trials if budget
                             else settings.default_max_trials,
                             max_seconds=budget.max_seconds if budget else None,
-                            backends=body.backends, gpu=body.gpu, seed=body.seed, policy=policy)
+                            backends=body.backends or kinds.get(problem.kind).backends,
+                            gpu=body.gpu, seed=body.seed, policy=policy)
     return job_out(state)
 
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from search.spaces.cutlass_catalogue import Catalogue
+from search.kinds.gemm.cutlass_catalogue import Catalogue
 from search.types import Device, Measurement
 from service.deps import FlowDep, WorkerAuth
 from service.schemas import (

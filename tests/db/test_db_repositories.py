@@ -11,7 +11,7 @@ from db import candidates, jobs, workers
 from db.engine import Database
 from db.migrate import upgrade
 from db.records import CandidateStatus
-from search.types import GemmProblem
+from search.kinds.gemm.spec import GemmProblem
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from search.types import Candidate, GemmProblem, Measurement, Status
+from search.kinds.gemm.spec import GemmProblem
+from search.types import Candidate, Measurement, Status
 from workers.execute import execute
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -28,7 +29,7 @@ PROBLEMS = [
 def seeds() -> dict[str, list[dict[str, Any]]]:
     """Each problem's best-ranked seed and a few knob settings of its op, built."""
     from kernel_templates.gemm import cutlass as kc
-    from search.spaces import cutlass_gemm as space
+    from search.kinds.gemm import cutlass_space as space
 
     missing = kc.cutlass_available()
     if missing:

@@ -15,7 +15,7 @@ from kernel_templates.gemm import skinny
 from kernel_templates.gemm import triton as gemm
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_matmul, rel_error
-from search.types import GemmProblem
+from search.kinds.gemm.spec import GemmProblem
 
 pytestmark = pytest.mark.gpu
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from search.types import Candidate, GemmProblem, Measurement, Status
+from search.kinds.gemm.spec import GemmProblem
+from search.types import Candidate, Measurement, Status
 from workers.execute import execute
 
 pytestmark = pytest.mark.gpu

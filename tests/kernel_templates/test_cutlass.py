@@ -16,7 +16,7 @@ from kernel_templates.gemm import cutlass as kc
 from kernel_templates.gemm.cutlass.compile import CutlassCache, Toolchain, build, cache_key
 from kernel_templates.gemm.cutlass.enumerate import CutlassOp
 from kernel_templates.gemm.cutlass.render import render, symbols
-from search.types import GemmProblem
+from search.kinds.gemm.spec import GemmProblem
 
 BF16_TN = GemmProblem(m=4096, n=4096, k=4096, layout_b="col")
 BF16_RR = GemmProblem(m=4096, n=4096, k=4096)

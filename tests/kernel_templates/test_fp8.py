@@ -20,7 +20,8 @@ from kernel_templates.gemm.reference import (
     tolerance,
 )
 from kernel_templates.registry import check_supported, make_callable
-from search.types import Candidate, GemmProblem, ProblemError, check_served
+from search.kinds.gemm.spec import GemmProblem, check_served
+from search.types import Candidate, ProblemError
 
 F8 = torch.float8_e4m3fn
 P = GemmProblem(m=40, n=48, k=96, dtype="fp8_e4m3", layout_b="col")
@@ -154,7 +155,7 @@ def test_gpu_scaled_mm_through_the_registry(shape: tuple[int, int, int]) -> None
 def test_gpu_cutlass_fp8_through_the_registry_matches_scaled_mm(out: str) -> None:
     pytest.importorskip("cutlass_library")
     from kernel_templates.gemm import cutlass as kc
-    from search.spaces.cutlass_gemm import seeds
+    from search.kinds.gemm.cutlass_space import seeds
 
     p = GemmProblem(m=1000, n=3008, k=2048, dtype="fp8_e4m3", out_dtype=out, layout_b="col")
     configs = seeds(p, kc.ops_for(p), n=2)

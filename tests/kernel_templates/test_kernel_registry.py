@@ -13,7 +13,8 @@ from kernel_templates.gemm.cublas import cublas_matmul
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_matmul, rel_error
 from kernel_templates.registry import KernelKind, backends, check_supported, make_callable
-from search.types import Candidate, GemmProblem
+from search.kinds.gemm.spec import GemmProblem
+from search.types import Candidate
 
 CFG = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=1, SPLIT_K=2, num_warps=4, num_stages=2)
 

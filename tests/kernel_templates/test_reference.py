@@ -8,7 +8,7 @@ import torch
 
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_matmul, rel_error, tolerance
-from search.types import GemmProblem
+from search.kinds.gemm.spec import GemmProblem
 
 
 def test_rel_error_basic() -> None:

@@ -16,7 +16,7 @@ from kernel_templates.gemm import skinny
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_matmul, rel_error, tolerance
 from kernel_templates.gemm.skinny import check_skinny_config, matmul_skinny
-from search.types import GemmProblem
+from search.kinds.gemm.spec import GemmProblem
 
 
 def cfg(split_k: int = 2, mode: str = "barrier", bm: int = 16, bn: int = 32, bk: int = 16,

@@ -14,8 +14,8 @@ from kernel_templates.gemm import triton as gemm
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_matmul, rel_error, tolerance
 from kernel_templates.gemm.triton import bytes_moved, flops, matmul
-from search.spaces import triton_gemm
-from search.types import GemmProblem
+from search.kinds.gemm import triton_space as triton_gemm
+from search.kinds.gemm.spec import GemmProblem
 
 
 def small(split_k: int = 1, group_m: int = 2, bk: int = 16) -> dict[str, int]:

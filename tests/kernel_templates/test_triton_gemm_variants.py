@@ -22,8 +22,8 @@ from kernel_templates.gemm.reference import (
     tolerance_for,
 )
 from kernel_templates.gemm.triton import check_config, matmul
-from search.spaces import triton_gemm
-from search.types import GemmProblem
+from search.kinds.gemm import triton_space as triton_gemm
+from search.kinds.gemm.spec import GemmProblem
 
 LAY = {"r": "row", "c": "col"}
 

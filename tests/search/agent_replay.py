@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from search.decision import (
-    CUTLASS_TIER,
     Calibrate,
     Decide,
     Decision,
@@ -32,9 +31,10 @@ from search.decision import (
     Wait,
     plan,
 )
+from search.kinds.gemm import CUTLASS_TIER, GEMM
+from search.kinds.gemm.spec import GemmProblem
+from search.kinds.gemm.triton_space import tier_plans
 from search.roofline import Calibration
-from search.spaces.triton_gemm import tier_plans
-from search.types import GemmProblem
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "h100_gemm_trials.json"
 #: Calibration of the replayed H100: the copy bandwidth quoted for that machine (3.0 TB/s, bytes
@@ -171,7 +171,7 @@ class ReplayDevice:
             library_configs=(("cublas", {}), *self._cutlass_seeds()),
             tiers=replay_tiers(self.problem),
             trials=tuple(state.trials), exhausted_tiers=frozenset(state.exhausted),
-            verification=state.verification, max_trials=self.max_trials)
+            verification=state.verification, max_trials=self.max_trials, roles=GEMM.roles)
 
 
     def _cutlass_seeds(self) -> tuple[tuple[str, dict[str, Any]], ...]:

@@ -25,9 +25,10 @@ from search.decision import (
     plan,
     tier_progress,
 )
+from search.kinds.gemm import GEMM
+from search.kinds.gemm.spec import GemmProblem
+from search.kinds.gemm.triton_space import tier_plans
 from search.roofline import Calibration, roofline
-from search.spaces.triton_gemm import tier_plans
-from search.types import GemmProblem
 from tests.search.agent_replay import (
     H100_REPLAY_CALIBRATION,
     ReplayDevice,
@@ -208,7 +209,7 @@ def _finished_evidence(v: Verification | None, time_up: bool = False) -> Evidenc
         trials=(Trial(1, "cublas", {}, None, "ok", 20.0, 19.8, 20.2),
                 Trial(2, "triton", {"x": 1}, "tiles", "ok", 15.0, 14.9, 15.1),
                 Trial(3, "triton", {"x": 2}, "tiles", "ok", 16.0, 15.9, 16.1)),
-        verification=v, max_trials=2, time_up=time_up)
+        verification=v, max_trials=2, time_up=time_up, roles=GEMM.roles)
 
 
 def test_verification_is_requested_then_decides() -> None:
@@ -233,7 +234,7 @@ def test_time_up_decides_on_the_search_medians_without_verifying() -> None:
 def test_first_plan_calibrates_and_measures_the_library_at_once() -> None:
     ev = Evidence(problem=GemmProblem(64, 64, 4096), policy=POLICY, calibration=None,
                   library_configs=(("cublas", {}),), tiers=(TierPlan("tiles", 1.0),),
-                  max_trials=8)
+                  max_trials=8, roles=GEMM.roles)
     p = plan(ev)
     assert p.stage == Stage.LIBRARY
     kinds = [type(a) for a in p.actions]
@@ -251,7 +252,8 @@ def test_without_calibration_the_agent_searches_and_says_why() -> None:
     ev = Evidence(problem=problem_of(DECODE), policy=POLICY, calibration=None,
                   calibration_failed=True,
                   library_configs=(("cublas", {}),), tiers=(TierPlan("tiles", 1.0),),
-                  trials=(Trial(1, "cublas", {}, None, "ok", 18.7, 18.6, 18.8),), max_trials=4)
+                  trials=(Trial(1, "cublas", {}, None, "ok", 18.7, 18.6, 18.8),), max_trials=4,
+                      roles=GEMM.roles)
     p = plan(ev)
     assert isinstance(p.actions[-1], Search)
     # ... and, once the search is over, the decision says there was no roofline to judge by
@@ -311,7 +313,7 @@ def test_patience_ends_a_stalled_tier_and_stop_tier_cancels_its_pending() -> Non
     ev = Evidence(problem=GemmProblem(16, 4096, 4096), policy=pol,
                   calibration=H100_REPLAY_CALIBRATION, library_configs=(("cublas", {}),),
                   tiers=(TierPlan("tiles", 1.0), TierPlan("split_k", 1.0)), trials=tuple(trials),
-                  max_trials=20)
+                  max_trials=20, roles=GEMM.roles)
     progress = {p.name: p for p in tier_progress(ev)}
     assert progress["tiles"].ended and "stalled" in progress["tiles"].reason
     p = plan(ev)
@@ -333,7 +335,7 @@ def test_library_notes_reach_the_rationale_and_every_library_trial_is_listed() -
                   library_notes=("CUTLASS skipped: a reason.",),
                   trials=(Trial(1, "cublas", {}, None, "ok", rf.attainable_us * 2),
                           Trial(2, "cutlass", cut, None, "ok", rf.attainable_us / 0.95)),
-                  custom_allowed=False)
+                  custom_allowed=False, roles=GEMM.roles)
     d = plan(ev).actions[-1]
     assert isinstance(d, Decide)
     d = d.decision
@@ -351,7 +353,8 @@ def test_in_flight_trials_never_exceed_what_the_probe_or_the_stall_rule_needs() 
     def ev(*custom: Trial) -> Evidence:
         return Evidence(problem=GemmProblem(16, 4096, 4096), policy=pol,
                         calibration=H100_REPLAY_CALIBRATION, library_configs=(("cublas", {}),),
-                        tiers=(TierPlan("tiles", 1.0),), trials=(lib, *custom), max_trials=50)
+                        tiers=(TierPlan("tiles", 1.0),), trials=(lib, *custom), max_trials=50,
+                            roles=GEMM.roles)
 
     first = plan(ev()).actions[-1]
     assert isinstance(first, Search) and first.n == 3  # the probe
@@ -368,7 +371,7 @@ def test_a_refinement_tier_that_cannot_close_the_gap_is_skipped() -> None:
     ev = Evidence(problem=GemmProblem(1000, 3000, 2000), policy=POLICY,
                   calibration=H100_REPLAY_CALIBRATION, library_configs=(("cublas", {}),),
                   tiers=(TierPlan("tiles", 1.0), TierPlan("hopper", 1.0, max_gain=0.10)),
-                  trials=(lib, *tiles), max_trials=40)
+                  trials=(lib, *tiles), max_trials=40, roles=GEMM.roles)
     progress = {p.name: p for p in tier_progress(ev)}
     assert progress["hopper"].ended and progress["hopper"].created == 0
     assert "even a 10% gain" in progress["hopper"].reason
@@ -411,7 +414,7 @@ def _big(*trials: Trial, verification: Verification | None = None,
     return Evidence(problem=BIG, policy=replace(policy, tune_library=False),
                     calibration=BIG_CAL, library_configs=(("cublas", {}), ("cutlass", OP)),
                     tiers=(TierPlan("tiles", 1.0),), trials=trials, verification=verification,
-                    max_trials=64)
+                    max_trials=64, roles=GEMM.roles)
 
 
 CUBLAS_T = Trial(1, "cublas", {}, None, "ok", 1418.5, 1416.0, 1421.0)
@@ -438,7 +441,7 @@ def test_a_sufficient_library_confirms_its_pick_against_cublas_interleaved() -> 
     assert dec.library.median_us == 1402.0 and dec.library.spread_us == 1487.0 - 1398.0
     assert dec.reference is not None and dec.reference.median_us == 1541.0
     # the speed-up over cuBLAS comes from the one set of rounds, not from the stage timings
-    assert dec.speedup_vs_cublas == pytest.approx(1541.0 / 1402.0)
+    assert dec.speedup_vs_baseline == pytest.approx(1541.0 / 1402.0)
     assert dec.speedup == 1.0 and dec.spend["verify"] == {"trials": 1, "gpu_s": 1.2}
     assert "Interleaved over 5 rounds" in dec.rationale and "cutlass is the library's pick" \
         in dec.rationale
@@ -451,7 +454,7 @@ def test_cublas_faster_in_the_confirmation_is_the_pick() -> None:
                         reference_us=(1420.0, 1419.0, 1421.0, 1418.0, 1420.0))
     dec = plan(_big(CUBLAS_T, OP_T, verification=done)).actions[-1].decision
     assert dec.library.backend == "cublas" and dec.library.median_us == 1420.0
-    assert dec.speedup_vs_cublas == 1.0
+    assert dec.speedup_vs_baseline == 1.0
     assert "cuBLAS is the library's pick" in dec.rationale
 
 
@@ -478,7 +481,7 @@ def test_no_confirmation_without_a_close_rival_or_when_the_policy_is_off() -> No
     # cuBLAS alone: nothing to confirm
     only = Evidence(problem=BIG, policy=POLICY, calibration=BIG_CAL,
                     library_configs=(("cublas", {}),), tiers=(TierPlan("tiles", 1.0),),
-                    trials=(CUBLAS_T,), max_trials=64)
+                    trials=(CUBLAS_T,), max_trials=64, roles=GEMM.roles)
     assert isinstance(plan(only).actions[-1], Decide)
 
 
@@ -515,6 +518,6 @@ def test_a_search_without_verdict_two_confirms_the_library_pick_too() -> None:
     dec = d.decision
     assert dec.verdict == Verdict.LIBRARY_WINS_AFTER_SEARCH and not dec.verified
     assert dec.library.backend == "cutlass" and dec.library.median_us == 1952.0
-    assert dec.speedup == 1.0 and dec.speedup_vs_cublas == pytest.approx(2100.0 / 1952.0)
+    assert dec.speedup == 1.0 and dec.speedup_vs_baseline == pytest.approx(2100.0 / 1952.0)
     assert "too far behind" in dec.rationale and "Interleaved over 5 rounds" in dec.rationale
     assert "verification failed" not in dec.rationale

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from search.decision import (
-    CUTLASS_TIER,
     Decide,
     Decision,
     Evidence,
@@ -28,6 +27,7 @@ from search.decision import (
     cutlass_progress,
     plan,
 )
+from search.kinds.gemm import CUTLASS_TIER, GEMM
 from search.roofline import roofline
 from tests.search.agent_replay import (
     H100_REPLAY_CALIBRATION,
@@ -85,8 +85,8 @@ def test_the_cutlass_search_runs_before_triton_and_its_best_can_end_the_job() ->
     assert searched and all(t["backend"] == "cutlass" for t in searched)
     # over cuBLAS (2.0x the attainable in this fake): its time over the CUTLASS pick's
     assert d.speedup == 1.0
-    assert d.speedup_vs_cublas == pytest.approx(2.0 * 0.98)
-    assert d.to_dict()["speedup_vs_cublas"] == d.speedup_vs_cublas
+    assert d.speedup_vs_baseline == pytest.approx(2.0 * 0.98)
+    assert d.to_dict()["speedup_vs_cublas"] == d.speedup_vs_baseline
 
 
 def test_triton_must_beat_the_cutlass_best_which_is_the_library_in_verdict_two() -> None:
@@ -112,7 +112,7 @@ def test_triton_must_beat_the_cutlass_best_which_is_the_library_in_verdict_two()
     assert "backend='cublas'" in verify.split("reference=Trial(")[1].split(",")[1]
     assert d.reference is not None and d.reference.backend == "cublas"
     assert d.reference.median_us == pytest.approx(2.0 * ATTAINABLE)  # FAKE rounds' median
-    assert d.speedup_vs_cublas == pytest.approx(d.reference.median_us / d.custom.median_us)
+    assert d.speedup_vs_baseline == pytest.approx(d.reference.median_us / d.custom.median_us)
     assert d.to_dict()["reference"]["backend"] == "cublas"
     assert "cublas ran in the same rounds for reference" in d.rationale
 
@@ -136,7 +136,7 @@ def _verified(reference_us: float, library_us: float, custom_us: float) -> Decis
                 Trial(3, "triton", {"x": 1}, "tiles", "ok", 37.8 * u, 37.6 * u, 38.0 * u)),
         exhausted_tiers=frozenset(t.name for t in replay_tiers(PROBLEM)), max_trials=1,
         verification=Verification(2, 3, "ok", rounds(library_us), rounds(custom_us), 1.0, None,
-                                  1, rounds(reference_us)))
+                                  1, rounds(reference_us)), roles=GEMM.roles)
     action = plan(replace(ev, verification=None)).actions[-1]
     assert isinstance(action, Verify) and action.reference is not None
     assert (action.library.id, action.custom.id, action.reference.id) == (2, 3, 1)
@@ -152,12 +152,12 @@ def test_cublas_faster_than_the_cutlass_pick_interleaved_is_the_library_side() -
     assert d.verdict == Verdict.LIBRARY_WINS_AFTER_SEARCH
     assert d.library is not None and d.library.backend == "cublas"
     assert d.library.candidate_id == 1 and d.library.median_us == pytest.approx(380.0)
-    assert d.speedup_vs_cublas == pytest.approx(1.0)
+    assert d.speedup_vs_baseline == pytest.approx(1.0)
     assert "was faster than the library's pick cutlass" in d.rationale
     # cuBLAS slower: the CUTLASS pick stays the library side, and the custom kernel beats it
     d2 = _verified(reference_us=41.0, library_us=39.6, custom_us=37.0)
     assert d2.verdict == Verdict.CUSTOM_WINS and d2.library.backend == "cutlass"
-    assert d2.speedup_vs_cublas == pytest.approx(41.0 / 37.0)
+    assert d2.speedup_vs_baseline == pytest.approx(41.0 / 37.0)
     assert d2.speedup == pytest.approx(39.6 / 37.0)
 
 
@@ -182,7 +182,8 @@ def _ev(*search: Trial, policy: Policy = Policy(), exhausted: bool = False) -> E
                     library_configs=(("cublas", {}), ("cutlass", op(0))),
                     tiers=replay_tiers(PROBLEM),
                     trials=(*lib, *search),
-                    exhausted_tiers=frozenset({CUTLASS_TIER} if exhausted else ()))
+                    exhausted_tiers=frozenset({CUTLASS_TIER} if exhausted else ()),
+                        roles=GEMM.roles)
 
 
 def test_the_search_action_carries_the_compile_seconds_left_and_exhaustion_ends_it() -> None:
@@ -317,7 +318,7 @@ def test_tune_library_searches_cutlass_before_a_sufficient_verdict() -> None:
     assert d.spend["cutlass"]["trials"] == 2 + Policy().patience
     assert d.tiers[0]["tier"] == CUTLASS_TIER and d.tiers[0]["reason"].startswith("stalled")
     assert "CUTLASS search (library side)" in d.rationale
-    assert d.speedup_vs_cublas == pytest.approx(ATTAINABLE / 0.98 / (seed_us / 1.04))
+    assert d.speedup_vs_baseline == pytest.approx(ATTAINABLE / 0.98 / (seed_us / 1.04))
 
     untuned = dev(Policy(tune_library=False))
     d = untuned.run()
@@ -341,7 +342,8 @@ def test_verdict_one_waits_for_the_last_cutlass_results_once_the_search_has_ende
     ev = Evidence(problem=PROBLEM, policy=Policy(confirm_library=False),
                   calibration=H100_REPLAY_CALIBRATION,
                   library_configs=(("cublas", {}), ("cutlass", seed)),
-                  tiers=replay_tiers(PROBLEM), trials=(*done, *out), max_trials=64)
+                  tiers=replay_tiers(PROBLEM), trials=(*done, *out), max_trials=64,
+                      roles=GEMM.roles)
     p = plan(ev)
     assert p.stage == Stage.CUTLASS
     assert any(isinstance(a, StopTier) and a.tier == CUTLASS_TIER for a in p.actions)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from search.types import Candidate, GemmProblem, Task
+from search.kinds.gemm.spec import GemmProblem
+from search.types import Candidate, Task
 
 PROBLEM = GemmProblem(64, 64, 64)
 

@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from search.constraints import DeviceLimits, smem_bytes, violations
-from search.spaces.triton_gemm import PARAMS, complete, seeds, space
-from search.types import GemmProblem, ProblemError
+from search.kinds.gemm.spec import GemmProblem
+from search.kinds.gemm.triton_constraints import smem_bytes, violations
+from search.kinds.gemm.triton_space import PARAMS, complete, seeds, space
+from search.limits import DeviceLimits
+from search.types import ProblemError
 
 H100 = DeviceLimits(smem_per_block=232_448)
 BIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=3)

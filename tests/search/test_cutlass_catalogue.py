@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from search.spaces.cutlass_catalogue import Catalogue, OpSpec, filter_ops
-from search.types import GemmProblem
+from search.kinds.gemm.cutlass_catalogue import Catalogue, OpSpec, filter_ops
+from search.kinds.gemm.spec import GemmProblem
 
 PROBLEMS = [GemmProblem(m=512, n=512, k=512, dtype="fp16"),
             GemmProblem(m=1000, n=3000, k=2000),

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from search.spaces import cutlass_gemm as space
-from search.types import GemmProblem
+from search.kinds.gemm import cutlass_space as space
+from search.kinds.gemm.spec import GemmProblem
 
 
 @dataclass(frozen=True)
@@ -144,8 +144,8 @@ def test_seeds_are_feasible_diverse_and_default_knobs() -> None:
 
 
 def test_space_imports_without_torch_or_cutlass() -> None:
-    code = ("import sys, search.spaces.cutlass_gemm as s; "
-            "from search.types import GemmProblem; "
+    code = ("import sys, search.kinds.gemm.cutlass_space as s; "
+            "from search.kinds.gemm.spec import GemmProblem; "
             "s.rank(GemmProblem(m=64, n=64, k=64), [], gpu=None); "
             "bad = [m for m in ('torch', 'cutlass_library', 'nvMatmulHeuristics') "
             "if m in sys.modules]; assert not bad, bad")

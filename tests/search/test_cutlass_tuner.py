@@ -14,15 +14,16 @@ from typing import Any
 
 import pytest
 
-from search.cutlass_tuner import (
+from search.kinds.gemm import cutlass_space as cutlass_gemm
+from search.kinds.gemm.cutlass_tuner import (
     DEFAULT_COMPILE_S,
     CompileBudget,
     CutlassTuner,
     cutlass_study_name,
 )
+from search.kinds.gemm.spec import GemmProblem
 from search.optimizer import close_storages
-from search.spaces import cutlass_gemm
-from search.types import GemmProblem, Measurement, Status, config_key
+from search.types import Measurement, Status, config_key
 
 pytest.importorskip("cutlass_library")
 

@@ -9,9 +9,10 @@ from dataclasses import replace
 import pytest
 
 from search.decision import Decide, Evidence, Policy, Search, Stage, Trial, Verdict, Wait, plan
+from search.kinds.gemm import GEMM
+from search.kinds.gemm.spec import GemmProblem
+from search.kinds.gemm.triton_space import tier_plans
 from search.roofline import Calibration, roofline
-from search.spaces.triton_gemm import tier_plans
-from search.types import GemmProblem
 
 FP8 = GemmProblem(m=4096, n=4096, k=4096, dtype="fp8_e4m3", layout_b="col")
 #: FAKE peaks: fp8 twice bf16, as on an H100; not a measurement.
@@ -45,7 +46,7 @@ def _evidence(calibration: Calibration | None, lib_us: float | None,
               ) if lib_us is not None else (Trial(1, "cublas", {}),)
     return Evidence(problem=FP8, policy=policy, calibration=calibration,
                     library_configs=(("cublas", {}),), tiers=_tiers(), trials=trials,
-                    max_trials=32)
+                    max_trials=32, roles=GEMM.roles)
 
 
 @pytest.mark.parametrize("policy", [Policy(), Policy(force_custom=True),

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from search.constraints import DeviceLimits, violations
-from search.optimizer import GemmTuner, close_storages, study_name
-from search.types import GemmProblem, Measurement, Status, config_key
+from search.kinds.gemm.spec import GemmProblem
+from search.kinds.gemm.triton_constraints import violations
+from search.kinds.gemm.triton_tuner import GemmTuner, study_name
+from search.limits import DeviceLimits
+from search.optimizer import close_storages
+from search.types import Measurement, Status, config_key
 
 H100 = DeviceLimits()
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from search.types import GemmProblem, ProblemError, parse_problem
+from search.kinds.gemm.spec import GemmProblem
+from search.types import ProblemError, parse_problem
 
 
 def test_a_problem_round_trips_through_its_wire_form() -> None:

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from search.constraints import DeviceLimits
 from search.decision import Policy
-from search.optimizer import GemmTuner
-from search.spaces import triton_gemm
-from search.types import Candidate, Device, GemmProblem, Measurement, Status, Task, config_key
+from search.kinds.gemm import triton_space as triton_gemm
+from search.kinds.gemm.spec import GemmProblem
+from search.kinds.gemm.triton_tuner import GemmTuner
+from search.limits import DeviceLimits
+from search.types import Candidate, Device, Measurement, Status, Task, config_key
 from service.app import create_app
 from service.client import KernelSearchClient
 from service.settings import ServiceSettings
@@ -135,7 +136,7 @@ def _run_service(tmp_path: Path, key: str, policy: dict[str, Any]) -> tuple[dict
     settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'svc.db'}")
 
     def tuner(url: str, problem: GemmProblem, gpu: str, limits: Any, seed: int,
-              tier: str | None) -> RecordedTuner:
+              tier: str | None, **tier_args: Any) -> RecordedTuner:
         return RecordedTuner([c for c in configs if tier_of(c) == tier])
 
     app = create_app(settings, tuner_factory=tuner)
@@ -145,7 +146,8 @@ def _run_service(tmp_path: Path, key: str, policy: dict[str, Any]) -> tuple[dict
         job = client.submit_job(problem.to_dict(), budget={"max_trials": 64}, policy=policy)
         # cc 8.0: the recording has no Hopper-variant trials, so that tier must not apply
         device = Device(gpu_model=GPU, mode="cuda", sm_count=132, cc="8.0",
-                        smem_per_block=232_448, memory_bytes=80 << 30)
+                        smem_per_block=232_448, memory_bytes=80 << 30,
+                        backends=("cublas", "triton"))
         WorkerLoop(client, RecordedRunner(key), device, batch=8, poll_s=0.01).run(
             idle_exit_s=0.2)
         final = client.get_job(job["id"])

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service import library
+from search.kinds.gemm import library
+from service import catalogues
 
 AGENT = {"threshold": 0.9}
 ATTAINABLE_US = (2 * 512 * 512 * 2 + 512 * 512 * 2) / 3000e9 * 1e6  # see test_decisions.py
@@ -20,6 +21,7 @@ WITH_CUTLASS = ["cublas", "cutlass", "triton"]
 @pytest.fixture(autouse=True)
 def _fresh_cache() -> None:
     library.clear_cache()
+    catalogues.clear_cache()
 
 
 def _answer(driver: Any, worker: int, grant: dict[str, Any], times: dict[str, float]) -> None:

@@ -14,8 +14,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from search.decision import CUTLASS_TIER
-from service import library
+from search.kinds.gemm import CUTLASS_TIER, library
+from service import catalogues
 from service.settings import ServiceSettings
 from service.tuning import optuna_tuner
 from tests.service.conftest import seed_calibrations
@@ -30,6 +30,7 @@ def client(make_app: Callable[..., FastAPI], settings: ServiceSettings,
            fake_tuners: Any) -> Any:
     """The app with the real CUTLASS tuner and the FAKE Triton tuners."""
     library.clear_cache()
+    catalogues.clear_cache()
 
     def factory(url: str, problem: Any, gpu: str, limits: Any, seed: int,
                 tier: str | None = None, **tier_args: Any) -> Any:

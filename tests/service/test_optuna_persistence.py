@@ -12,8 +12,8 @@ import optuna
 from fastapi.testclient import TestClient
 from optuna.trial import TrialState
 
-from search.optimizer import study_name
-from search.types import GemmProblem
+from search.kinds.gemm.spec import GemmProblem
+from search.kinds.gemm.triton_tuner import study_name
 from service.settings import ServiceSettings
 from service.tuning import optuna_tuner
 

@@ -9,7 +9,8 @@ from triton.runtime.errors import OutOfResources
 
 from kernel_templates import registry
 from kernel_templates.errors import InvalidConfig, Unsupported
-from search.types import Candidate, GemmProblem, Measurement, Status
+from search.kinds.gemm.spec import GemmProblem
+from search.types import Candidate, Measurement, Status
 from workers.execute import classify, execute
 
 GOOD = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=1, SPLIT_K=2, num_warps=4, num_stages=2)

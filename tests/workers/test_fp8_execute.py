@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from kernel_templates import registry
-from search.types import Candidate, GemmProblem, Measurement, Status
+from search.kinds.gemm.spec import GemmProblem
+from search.types import Candidate, Measurement, Status
 from workers.execute import execute
 
 CUDA = torch.cuda.is_available()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from search.types import Candidate, GemmProblem, Status
+from search.kinds.gemm.spec import GemmProblem
+from search.types import Candidate, Status
 from workers.isolation import IsolatedRunner
 
 try:

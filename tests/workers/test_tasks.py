@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from search.types import Candidate, GemmProblem, Measurement, Status
+from search.kinds.gemm.spec import GemmProblem
+from search.types import Candidate, Measurement, Status
 from workers.execute import execute
 
 CUDA = torch.cuda.is_available()

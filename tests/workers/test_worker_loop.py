@@ -41,7 +41,8 @@ def test_loop_runs_a_job_to_completion_and_reports_everything(database_url: str)
         job = client.submit_job({"kind": "gemm", "m": 64, "n": 48, "k": 80, "dtype": "fp16"},
                                 budget={"max_trials": 5})
         runner = ReplayRunner()
-        device = Device(gpu_model=INTERPRETER_GPU, mode="interpreter")
+        device = Device(gpu_model=INTERPRETER_GPU, mode="interpreter",
+                        backends=("cublas", "triton"))
         loop = WorkerLoop(client, runner, device, batch=2, poll_s=0.01)
         loop.run(idle_exit_s=0.2)
         final = client.get_job(job["id"])

@@ -35,8 +35,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
-from search.spaces.cutlass_catalogue import SERVED_INPUTS, Catalogue, OpSpec, filter_ops
-from search.types import GemmProblem
+from search.kinds.gemm.cutlass_catalogue import SERVED_INPUTS, Catalogue, OpSpec, filter_ops
+from search.kinds.gemm.spec import GemmProblem
 
 __all__ = ["ARCH", "CUDA_VERSION", "SERVED_INPUTS", "CutlassOp", "catalogue", "cutlass_available",
            "op_by_name", "ops_for", "raw_operations", "why_unsupported"]
@@ -259,7 +259,7 @@ def ops_for(problem: GemmProblem, arch: int = ARCH, level: str = INSTANTIATION_L
 
 def catalogue(level: str = INSTANTIATION_LEVEL) -> Catalogue:
     """Every operation this host can build for the served input dtypes, as data: what a worker
-    declares to the service (``search.spaces.cutlass_catalogue``)."""
+    declares to the service (``search.kinds.gemm.cutlass_catalogue``)."""
     from importlib.metadata import version
 
     ops = tuple(OpSpec.of(o) for o in _all_ops(ARCH, CUDA_VERSION, level)

@@ -6,22 +6,10 @@ Each rule returns a reason string when it rejects, so a rejected configuration i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from search.types import DTYPE_BYTES, GemmProblem
-
-
-@dataclass(frozen=True)
-class DeviceLimits:
-    """What the static rules need to know about a device."""
-
-    smem_per_block: int = 232_448  # H100: 227 KiB opt-in per block
-    max_warps: int = 32
-
-    @classmethod
-    def interpreter(cls) -> DeviceLimits:
-        return cls(smem_per_block=1 << 30)
+from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
+from search.limits import DeviceLimits
 
 
 def _pow2(x: int) -> bool:
@@ -78,10 +66,3 @@ def _ceil_pow2(x: int) -> int:
     while p < x:
         p *= 2
     return p
-
-
-def limits_for(device_mode: str, smem_per_block: int) -> DeviceLimits:
-    """Limits of a registered device (``search.types.Device`` fields)."""
-    if device_mode != "cuda" or smem_per_block <= 0:
-        return DeviceLimits.interpreter()
-    return DeviceLimits(smem_per_block=smem_per_block)

@@ -21,11 +21,11 @@ Each dimension is a small typed fragment (power-of-two or enum); the static cons
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from search.decision.evidence import TierPlan
-from search.types import GemmProblem
+from search.kinds.gemm.spec import GemmProblem
+from search.optimizer import Choice
 
 #: Input dtypes the Triton GEMM template multiplies.
 TEMPLATE_DTYPES = ("bf16", "fp16", "fp32")
@@ -84,14 +84,6 @@ def complete(config: dict[str, Any]) -> dict[str, Any]:
 
 _BLOCK_M = (16, 32, 64, 128, 256)
 _BLOCK_N = (32, 64, 128, 256)
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One dimension: a name and the values it may take (ordered, small first)."""
-
-    name: str
-    values: tuple[int, ...]
 
 
 def _up_to(values: tuple[int, ...], size: int) -> tuple[int, ...]:

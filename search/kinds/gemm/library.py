@@ -1,16 +1,17 @@
-"""Library candidates beyond cuBLAS: which CUTLASS operations a job measures and searches.
+"""GEMM's library stage beyond cuBLAS: which CUTLASS operations a job measures and searches.
 
 The service never enumerates CUTLASS (that needs ``cutlass_library``, a GPU host's extra): a
 worker that offers CUTLASS declares its operation catalogue when it registers
-(``search.spaces.cutlass_catalogue``), stored per GPU model (``db.catalogues``). For a job bound
-to a GPU model the service filters that catalogue to the operations that serve the problem
-(``cutlass_ops``) and ranks them (``search.spaces.cutlass_gemm.seeds``: nvMatmulHeuristics
-where installed, else an analytic model); the top few, at default knobs, become library
-candidates (``cutlass_configs``), and the CUTLASS search runs over the same operations.
+(:mod:`search.kinds.gemm.cutlass_catalogue`), stored per GPU model. For a job bound to a GPU
+model the declared catalogue is filtered to the operations that serve the problem
+(:func:`cutlass_ops`) and ranked (:func:`search.kinds.gemm.cutlass_space.seeds`:
+nvMatmulHeuristics where installed, else an analytic model); the top few, at default knobs,
+become library candidates (:func:`cutlass_configs`), and the CUTLASS search runs over the same
+operations.
 
-No declared catalogue, or a problem CUTLASS cannot serve, skips CUTLASS with a reason, never
-an error. Ranking is not free and ``evidence`` asks on every lease and report, so answers are
-cached per problem, GPU model, count and catalogue digest in this process.
+No declared catalogue, or a problem CUTLASS cannot serve, skips CUTLASS with a reason, never an
+error. Ranking is not free and the service asks on every lease and report, so answers (and
+decoded catalogues) are cached per problem, GPU model, count and catalogue digest.
 """
 
 from __future__ import annotations
@@ -20,46 +21,36 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from db import catalogues
-from db.engine import Database
-from search.spaces import cutlass_gemm
-from search.spaces.cutlass_catalogue import Catalogue, OpSpec, filter_ops
-from search.types import GemmProblem
+from search.kinds.base import Declared
+from search.kinds.gemm import cutlass_space
+from search.kinds.gemm.cutlass_catalogue import Catalogue, OpSpec, filter_ops
+from search.kinds.gemm.spec import GemmProblem
 
-__all__ = ["CUTLASS_CATALOGUE", "clear_cache", "cutlass_configs", "cutlass_ops",
-           "declared_catalogue"]
+__all__ = ["CUTLASS_CATALOGUE", "clear_cache", "cutlass_configs", "cutlass_ops", "decode"]
 
 log = logging.getLogger("kernelsearch.agent")
 
-#: ``db.catalogues`` kind of the CUTLASS operation catalogue
+#: The name a CUTLASS worker declares its operation catalogue under.
 CUTLASS_CATALOGUE = "cutlass"
 
 _CACHE_SIZE = 256
 _Answer = tuple[tuple[dict[str, Any], ...], str | None]
 _cache: OrderedDict[tuple[str, str, int, str], _Answer] = OrderedDict()
-_catalogues: dict[tuple[str, str], Catalogue] = {}
+_decoded: dict[str, Catalogue] = {}
 _lock = threading.Lock()
 
 
-def declared_catalogue(db: Database, gpu_model: str) -> Catalogue | None:
-    """The CUTLASS catalogue the workers of ``gpu_model`` declared (``None``: none did). Only
-    the digest is read each time; the body is decoded once per digest."""
-    with db.read_session() as s:
-        digest = catalogues.digest(s, gpu_model, CUTLASS_CATALOGUE)
-    if digest is None:
+def decode(declared: Declared | None) -> Catalogue | None:
+    """The declared CUTLASS catalogue as operations (decoded once per digest)."""
+    if declared is None:
         return None
     with _lock:
-        hit = _catalogues.get((gpu_model, digest))
-    if hit is not None:
-        return hit
-    with db.read_session() as s:
-        record = catalogues.get(s, gpu_model, CUTLASS_CATALOGUE)
-    if record is None:
-        return None
-    catalogue = Catalogue.decode(record.body)
-    with _lock:
-        _catalogues[(gpu_model, record.digest)] = catalogue
-    return catalogue
+        hit = _decoded.get(declared.digest)
+    if hit is None:
+        hit = Catalogue.decode(declared.body)
+        with _lock:
+            _decoded[declared.digest] = hit
+    return hit
 
 
 def cutlass_ops(problem: GemmProblem, gpu_model: str, catalogue: Catalogue | None
@@ -98,7 +89,7 @@ def clear_cache() -> None:
     """Forget every cached answer (tests)."""
     with _lock:
         _cache.clear()
-        _catalogues.clear()
+        _decoded.clear()
 
 
 def _compute(problem: GemmProblem, gpu_model: str, n: int, catalogue: Catalogue | None
@@ -107,7 +98,8 @@ def _compute(problem: GemmProblem, gpu_model: str, n: int, catalogue: Catalogue 
     if why:
         return (), why
     try:
-        seeds = cutlass_gemm.seeds(problem, ops, n, gpu=cutlass_gemm.heuristics_gpu(gpu_model))
+        seeds = cutlass_space.seeds(problem, ops, n,
+                                    gpu=cutlass_space.heuristics_gpu(gpu_model))
     except Exception as exc:  # noqa: BLE001 - a broken ranking model must not take the service down
         log.warning("CUTLASS candidates for %s unavailable: %r", problem.key(), exc)
         return (), f"CUTLASS skipped: ranking its kernels failed on the service ({exc})."

@@ -1,6 +1,6 @@
 """Optuna over the CUTLASS library GEMMs of one problem on one GPU model, minding compile time.
 
-A CUTLASS configuration (``search.spaces.cutlass_gemm``) is an operation, fixed at compile
+A CUTLASS configuration (``search.kinds.gemm.cutlass_space``) is an operation, fixed at compile
 time, plus three runtime knobs. Two things make it unlike the Triton space:
 
 - **The space is sparse.** About 130 operations serve a problem. One categorical over their
@@ -31,17 +31,17 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from search.optimizer import Proposal, StudyTuner
-from search.spaces import cutlass_gemm
-from search.spaces.cutlass_gemm import OpLike
-from search.types import GemmProblem, Measurement, config_key
+from search.kinds.gemm import cutlass_space as cutlass_gemm
+from search.kinds.gemm.cutlass_space import OpLike
+from search.kinds.gemm.spec import GemmProblem
+from search.optimizer import CompileBudget, Proposal, StudyTuner
+from search.types import Measurement, config_key
 
 __all__ = ["DEFAULT_COMPILE_S", "DIMS", "CompileBudget", "CutlassTuner", "cutlass_study_name",
            "op_dims"]
@@ -59,21 +59,6 @@ DIMS = ("tile", "cluster", "kernel_schedule", "epilogue_schedule", "tile_schedul
 #: only knobs are sampled, and a non-persistent operation has a single setting.
 _TPE_TRIES = 4
 _TPE_TRIES_KNOBS = 2
-
-
-@dataclass(frozen=True)
-class CompileBudget:
-    """What compiling may still cost this search.
-
-    ``left_s``: compile-seconds the search may still spend (its budget minus what its measured
-    compiles took). ``built``: operations with an artifact (measured before on this GPU model):
-    free. ``pending``: unbuilt operations already proposed whose compile has not been reported;
-    each is charged the estimate until its measurement arrives.
-    """
-
-    left_s: float = math.inf
-    built: frozenset[str] = frozenset()
-    pending: frozenset[str] = frozenset()
 
 
 def op_dims(op: OpLike) -> dict[str, str]:
@@ -112,7 +97,7 @@ def cutlass_study_name(problem: GemmProblem, gpu_model: str, ops: Sequence[OpLik
 class CutlassTuner(StudyTuner):
     """Proposes CUTLASS configurations for one problem on one GPU model (see the module
     docstring). ``ops``: the operations that serve the problem (the declared catalogue
-    filtered by ``search.spaces.cutlass_catalogue.filter_ops``, or on a GPU host
+    filtered by ``search.kinds.gemm.cutlass_catalogue.filter_ops``, or on a GPU host
     ``kernel_templates.gemm.cutlass.ops_for``); ``n_seeds``: how many ranked seeds a new study
     starts with."""
 

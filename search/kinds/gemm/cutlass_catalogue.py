@@ -4,8 +4,8 @@ Enumerating CUTLASS's GEMMs needs ``cutlass_library`` (``kernel_templates.gemm.c
 only the GPU hosts install. A worker that offers CUTLASS describes every operation it can build
 (``OpSpec``: the compile-time identity, no ``cutlass_library`` object) and sends the list when it
 registers; the service stores it per GPU model and filters, ranks and searches over it
-(``filter_ops`` here, ``search.spaces.cutlass_gemm`` and ``search.cutlass_tuner``) without
-importing CUTLASS. ``kernel_templates.gemm.cutlass.ops_for`` applies the same ``filter_ops``, so a
+(``filter_ops`` here, ``cutlass_space`` and ``cutlass_tuner`` beside it) without importing
+CUTLASS. ``kernel_templates.gemm.cutlass.ops_for`` applies the same ``filter_ops``, so a
 worker and the service agree on which operations serve a problem.
 
 On the wire a catalogue is grouped by family (input and output dtypes, layouts), each operation a
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from search.types import GemmProblem
+from search.kinds.gemm.spec import GemmProblem
 
 __all__ = ["ARCH", "SERVED_INPUTS", "Catalogue", "FilterOp", "OpSpec", "filter_ops"]
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from search.types import GemmProblem
+from search.kinds.gemm.spec import GemmProblem
 
 __all__ = ["KNOBS", "RASTERS", "SPLITS", "SWIZZLES", "OpLike", "Ranked", "analytic_estimate_us",
            "configs", "default_config", "direct_store", "diverse", "epilogue_us", "heuristics_gpu",
