@@ -20,6 +20,7 @@ from sqlalchemy.exc import DataError
 
 from db.engine import Database
 from db.migrate import upgrade
+from search import kinds
 from service.errors import ServiceError
 from service.flow import Clock, Flow, utcnow
 from service.routes import best, calibrations, jobs, problems, workers
@@ -33,6 +34,7 @@ def create_app(settings: ServiceSettings | None = None, *,
                tuner_factory: TunerFactory | None = None, clock: Clock | None = None) -> FastAPI:
     """Build the API. ``tuner_factory`` and ``clock`` are seams for tests (fakes, fake time)."""
     settings = settings or get_settings()
+    kinds.load_plugins(settings.plugin_modules)
     if settings.migrate_on_startup:
         upgrade(settings.database_url)
     database = Database(settings.database_url)
@@ -45,8 +47,9 @@ def create_app(settings: ServiceSettings | None = None, *,
         flow.close()
 
     app = FastAPI(title="kernelsearch", version="0.1.0", lifespan=lifespan,
-                  description="Autotuning kernel search for GEMM: submit jobs, lease and "
-                              "report candidates, ask for the best configuration.")
+                  description="Autotuning kernel search (GEMM and every registered problem "
+                              "kind): submit jobs, lease and report candidates, ask for the "
+                              "best configuration.")
     app.state.settings = settings
     app.state.flow = flow
 

@@ -29,6 +29,13 @@ class ServiceSettings(BaseSettings):
     max_problem_bytes: int = Field(64 << 30, ge=1, description="operand bytes a job may need")
     default_max_trials: int = Field(64, ge=1, le=10_000)
     migrate_on_startup: bool = Field(True, description="run 'alembic upgrade head' at startup")
+    plugins: str = Field(
+        "", description="comma-separated modules imported at start that register problem kinds "
+        "(search.kinds.register) and their kernels, e.g. 'mypkg.kinds.scan'")
+
+    @property
+    def plugin_modules(self) -> tuple[str, ...]:
+        return tuple(m.strip() for m in self.plugins.split(",") if m.strip())
 
 
 @lru_cache
