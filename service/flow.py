@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -30,7 +31,6 @@ from db.records import (
     WorkerRecord,
 )
 from search.decision import Policy
-from search.spaces.cutlass_catalogue import Catalogue
 from search.types import (
     LIBRARY_BACKENDS,
     Backend,
@@ -45,7 +45,6 @@ from search.types import (
 )
 from service.agent_loop import AgentLoop, record_calibration, time_up
 from service.errors import Conflict, Gone, InvalidInput, NotFound
-from service.library import CUTLASS_CATALOGUE
 from service.settings import ServiceSettings
 from service.tuning import TunerPool
 
@@ -160,15 +159,15 @@ class Flow:
 
     # -- workers --------------------------------------------------------------------------------
     def register_worker(self, name: str, device: Device,
-                        cutlass_catalogue: Catalogue | None = None) -> WorkerRecord:
-        """Register (or re-register) a worker; a CUTLASS catalogue it declares becomes its GPU
-        model's (``service.library``)."""
+                        declared: Mapping[str, dict[str, Any]] | None = None) -> WorkerRecord:
+        """Register (or re-register) a worker; each catalogue it declares (by
+        ``"<kind>/<backend>"``, validated by ``RegisterIn``) becomes its GPU model's
+        (``service.library`` reads the CUTLASS one)."""
         now = self.clock()
         with self.db.session() as s:
             worker = workers.register(s, name, device.gpu_model, device.to_dict(), now)
-            if cutlass_catalogue is not None:
-                catalogues.declare(s, device.gpu_model, CUTLASS_CATALOGUE,
-                                   cutlass_catalogue.digest, cutlass_catalogue.encode(),
+            for key, body in (declared or {}).items():
+                catalogues.declare(s, device.gpu_model, key, catalogues.digest_of(body), body,
                                    worker.id, now)
             return worker
 

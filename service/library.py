@@ -31,8 +31,9 @@ __all__ = ["CUTLASS_CATALOGUE", "clear_cache", "cutlass_configs", "cutlass_ops",
 
 log = logging.getLogger("kernelsearch.agent")
 
-#: ``db.catalogues`` kind of the CUTLASS operation catalogue
-CUTLASS_CATALOGUE = "cutlass"
+#: Key of the CUTLASS operation catalogue, as workers declare it (``"<kind>/<backend>"``) and
+#: as ``db.catalogues`` stores it
+CUTLASS_CATALOGUE = "gemm/cutlass"
 
 _CACHE_SIZE = 256
 _Answer = tuple[tuple[dict[str, Any], ...], str | None]

@@ -25,6 +25,7 @@ from pydantic import (
 from search.decision.policy import Policy, bounds_of
 from search.spaces.cutlass_catalogue import Catalogue
 from search.types import GemmProblem, Status, parse_problem
+from service.library import CUTLASS_CATALOGUE
 
 MAX_DIM = 2**31 - 1
 MAX_ID = 2**63 - 1
@@ -376,19 +377,32 @@ class DeviceIn(BaseModel):
                                     max_length=8)
 
 
-def _catalogue(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    if value is not None:
-        Catalogue.decode(value)  # ValueError naming what is malformed: a 422
-    return value
+#: ``"<problem kind>/<backend>"``: the key a worker declares a backend's catalogue under (it is
+#: stored under it, in a column of 32 characters).
+CatalogueKey = Annotated[str, Field(pattern=r"^[a-z0-9_]{1,15}/[a-z0-9_]{1,16}$")]
+
+
+def _catalogues(value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The declared catalogues, the CUTLASS one decoded and re-encoded (a ``ValueError`` naming
+    its key and what is malformed is a 422); the others are stored as declared."""
+    out = dict(value)
+    if CUTLASS_CATALOGUE in out:
+        try:
+            out[CUTLASS_CATALOGUE] = Catalogue.decode(out[CUTLASS_CATALOGUE]).encode()
+        except ValueError as exc:
+            raise ValueError(f"{CUTLASS_CATALOGUE}: {exc}") from None
+    return out
 
 
 class RegisterIn(_In):
-    """A worker's registration; one that offers CUTLASS declares the operations it can build
+    """A worker's registration and what it declares of its backends, by ``"<kind>/<backend>"``:
+    one that offers CUTLASS declares the operations it can build under ``"gemm/cutlass"``
     (``search.spaces.cutlass_catalogue.Catalogue.encode``), which the service searches over."""
 
     name: Name
     device: DeviceIn
-    cutlass_catalogue: Annotated[dict[str, Any] | None, AfterValidator(_catalogue)] = None
+    catalogues: Annotated[dict[CatalogueKey, dict[str, Any]], Field(max_length=16),
+                          AfterValidator(_catalogues)] = Field(default_factory=dict)
 
 
 class RegisterOut(BaseModel):
