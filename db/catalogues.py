@@ -1,7 +1,13 @@
-"""Repository of worker catalogues: per GPU model and kind, what its workers can build."""
+"""Repository of worker catalogues: per GPU model and kind, what its workers can build.
+
+The kind is the key the workers declare it under, ``"<problem kind>/<backend>"``
+(``"gemm/cutlass"``: the CUTLASS operation catalogue); the body is stored as declared.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from typing import Any
 
@@ -10,6 +16,13 @@ from sqlalchemy.orm import Session
 
 from db.models import CatalogueRow
 from db.records import CatalogueRecord
+
+
+def digest_of(body: dict[str, Any]) -> str:
+    """The digest of a catalogue body: its canonical JSON's SHA-256, 16 hex digits (for the
+    CUTLASS catalogue, ``Catalogue.digest`` of the body it encodes)."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def declare(session: Session, gpu_model: str, kind: str, digest: str, body: dict[str, Any],

@@ -201,9 +201,10 @@ def worker_cmd(
 ) -> None:
     """Run a worker that leases candidates from the service over HTTP."""
     from service.client import KernelSearchClient
-    from workers.device import cutlass_catalogue, detect_device
+    from workers.device import catalogues, detect_device
     from workers.isolation import IsolatedRunner
     from workers.loop import WorkerLoop
+    from workers.plugins import import_plugins
     from workers.settings import WorkerSettings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -212,13 +213,14 @@ def worker_cmd(
     client = KernelSearchClient(url, token=token or s.worker_token)
     if wait_for_service:
         _wait_for(url)
+    plugins = import_plugins(s.plugins)  # before the device: their backends are offered too
     device = detect_device(interpret if interpret is not None else s.interpret)
     console.print(f"worker on {device.gpu_model} ({device.mode}) → {url}")
-    with IsolatedRunner(interpret=device.mode != "cuda",
-                        timeout_s=s.candidate_timeout_s) as runner:
+    with IsolatedRunner(interpret=device.mode != "cuda", timeout_s=s.candidate_timeout_s,
+                        plugins=plugins) as runner:
         loop = WorkerLoop(client, runner, device, name=s.worker_name,
                           batch=batch or s.batch, poll_s=s.poll_s,
-                          cutlass_catalogue=cutlass_catalogue(device))
+                          catalogues=catalogues(device))
         stop = threading.Event()
         if exit_with_parent:
             # uvicorn re-raises the signal that stopped it, so `serve` may die without running

@@ -133,12 +133,13 @@ class KernelSearchClient:
 
     # -- workers --------------------------------------------------------------------------------
     def register_worker(self, name: str, device: dict[str, Any],
-                        cutlass_catalogue: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Register a worker; one that offers CUTLASS declares the operations it can build
-        (``search.kinds.gemm.cutlass_catalogue.Catalogue.encode``)."""
+                        catalogues: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Register a worker with what it declares of its backends, by ``"<kind>/<backend>"``
+        (``"gemm/cutlass"``: the operations it can build,
+        ``search.kinds.gemm.cutlass_catalogue.Catalogue.encode``)."""
         body: dict[str, Any] = {"name": name, "device": device}
-        if cutlass_catalogue is not None:
-            body["cutlass_catalogue"] = cutlass_catalogue
+        if catalogues:
+            body["catalogues"] = catalogues
         return self._request("POST", "/v1/workers/register", json=body)
 
     def lease(self, worker_id: int, max_candidates: int) -> dict[str, Any]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -31,8 +32,6 @@ from db.records import (
 )
 from search import kinds
 from search.decision import Policy
-from search.kinds.gemm.cutlass_catalogue import Catalogue
-from search.kinds.gemm.library import CUTLASS_CATALOGUE
 from search.types import Candidate, Device, Measurement, Problem, ProblemError, Status, Task
 from service.agent_loop import AgentLoop, record_calibration, time_up
 from service.errors import Conflict, Gone, InvalidInput, NotFound
@@ -153,15 +152,15 @@ class Flow:
 
     # -- workers --------------------------------------------------------------------------------
     def register_worker(self, name: str, device: Device,
-                        cutlass_catalogue: Catalogue | None = None) -> WorkerRecord:
-        """Register (or re-register) a worker; a CUTLASS catalogue it declares becomes its GPU
-        model's (``search.kinds.gemm.library``)."""
+                        declared: Mapping[str, dict[str, Any]] | None = None) -> WorkerRecord:
+        """Register (or re-register) a worker; each catalogue it declares (by
+        ``"<kind>/<backend>"``, validated by ``RegisterIn``) becomes its GPU model's
+        (``search.kinds.gemm.library`` reads the CUTLASS one)."""
         now = self.clock()
         with self.db.session() as s:
             worker = workers.register(s, name, device.gpu_model, device.to_dict(), now)
-            if cutlass_catalogue is not None:
-                catalogues.declare(s, device.gpu_model, CUTLASS_CATALOGUE,
-                                   cutlass_catalogue.digest, cutlass_catalogue.encode(),
+            for key, body in (declared or {}).items():
+                catalogues.declare(s, device.gpu_model, key, catalogues.digest_of(body), body,
                                    worker.id, now)
             return worker
 

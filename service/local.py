@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from service.client import KernelSearchClient
 from service.embedded import EmbeddedServer
 from service.settings import ServiceSettings
-from workers.device import cutlass_catalogue, detect_device
+from workers.device import catalogues, detect_device
 from workers.isolation import IsolatedRunner
 from workers.loop import WorkerLoop
+from workers.plugins import import_plugins
+from workers.settings import get_worker_settings
 
 FINISHED = ("done", "failed", "cancelled")
 
@@ -39,11 +41,15 @@ class TuningResult:
 
 class LocalCluster:
     """The embedded service (one SQLite file) with one local worker thread, for as many jobs as
-    the caller submits; ``run_tuning`` runs one job on it, the decision-loop benchmark many."""
+    the caller submits; ``run_tuning`` runs one job on it, the decision-loop benchmark many.
+    ``plugins`` (default ``KS_PLUGINS``) are imported here and by the worker's children."""
 
     def __init__(self, settings: ServiceSettings, interpret: bool | None = None,
-                 batch: int = 8, candidate_timeout_s: float = 180.0) -> None:
+                 batch: int = 8, candidate_timeout_s: float = 180.0,
+                 plugins: Sequence[str] | None = None) -> None:
         self.settings = settings
+        self.plugins = import_plugins(get_worker_settings().plugins if plugins is None
+                                      else plugins)
         self.device = detect_device(interpret)
         self.batch = batch
         self.candidate_timeout_s = candidate_timeout_s
@@ -56,11 +62,11 @@ class LocalCluster:
         try:
             self.client = KernelSearchClient(self._server.url, token=self.settings.worker_token)
             runner = IsolatedRunner(interpret=self.device.mode != "cuda",
-                                    timeout_s=self.candidate_timeout_s)
+                                    timeout_s=self.candidate_timeout_s, plugins=self.plugins)
             runner.__enter__()
             self._runner = runner
             loop = WorkerLoop(self.client, runner, self.device, batch=self.batch, poll_s=0.2,
-                              cutlass_catalogue=cutlass_catalogue(self.device))
+                              catalogues=catalogues(self.device))
             loop.register()
         except BaseException:
             if runner is not None:  # its benchmark child is running: stop it too

@@ -24,7 +24,6 @@ from pydantic import (
 
 from search import kinds
 from search.decision.policy import Policy, bounds_of
-from search.kinds.gemm.cutlass_catalogue import Catalogue
 from search.types import Status
 
 MAX_DIM = 2**31 - 1
@@ -376,19 +375,33 @@ class DeviceIn(BaseModel):
                                     max_length=8)
 
 
-def _catalogue(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    if value is not None:
-        Catalogue.decode(value)  # ValueError naming what is malformed: a 422
-    return value
+#: ``"<problem kind>/<backend>"``: the key a worker declares a backend's catalogue under (it is
+#: stored under it, in a column of 32 characters).
+CatalogueKey = Annotated[str, Field(pattern=r"^[a-z0-9_]{1,15}/[a-z0-9_]{1,16}$")]
+
+
+def _catalogues(value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The declared catalogues, each checked by its problem kind (``ProblemKind.
+    check_catalogue``: a ``ValueError`` naming its key and what is malformed is a 422)."""
+    out = {}
+    for key, body in value.items():
+        kind, _, backend = key.partition("/")
+        try:
+            out[key] = kinds.get(kind).check_catalogue(backend, body)
+        except ValueError as exc:  # ProblemError (an unknown kind) is one too
+            raise ValueError(f"{key}: {exc}") from None
+    return out
 
 
 class RegisterIn(_In):
-    """A worker's registration; one that offers CUTLASS declares the operations it can build
-    (``search.kinds.gemm.cutlass_catalogue.Catalogue.encode``), which the service searches over."""
+    """A worker's registration and what it declares of its backends, by ``"<kind>/<backend>"``
+    (e.g. ``"gemm/cutlass"``: the CUTLASS operations it can build, which the service searches
+    over)."""
 
     name: Name
     device: DeviceIn
-    cutlass_catalogue: Annotated[dict[str, Any] | None, AfterValidator(_catalogue)] = None
+    catalogues: Annotated[dict[CatalogueKey, dict[str, Any]], Field(max_length=16),
+                          AfterValidator(_catalogues)] = Field(default_factory=dict)
 
 
 class RegisterOut(BaseModel):

@@ -1,10 +1,12 @@
-"""What this worker's accelerator is: the ``Device`` fingerprint and the run environment.
+"""What this worker's accelerator is: the ``Device`` fingerprint, the backends it offers and
+what it declares of them (both from the kernel registry's hooks), and the run environment.
 
 Torch and triton are imported inside the functions, so importing this module stays cheap.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import platform
 import socket
@@ -12,11 +14,9 @@ import subprocess
 from functools import cache
 from typing import Any
 
-from search.kinds.gemm.spec import Backend
 from search.types import INTERPRETER_GPU, Device
 
-__all__ = ["cutlass_catalogue", "cutlass_unavailable", "detect_device", "environment",
-           "nvidia_smi"]
+__all__ = ["catalogues", "detect_device", "environment", "nvidia_smi", "offered_backends"]
 
 log = logging.getLogger("kernelsearch.worker")
 
@@ -46,33 +46,33 @@ def _versions() -> tuple[str, str]:
     return torch.__version__, triton_version
 
 
-def cutlass_unavailable(cc: str) -> str | None:
-    """Why this worker cannot run CUTLASS candidates (``None``: it can): the generated kernels
-    are sm_90a, so the GPU must be compute capability 9.x; enumerating needs the ``cutlass``
-    extra (``cutlass_library``) and building needs a working nvcc."""
-    if not cc.startswith("9."):
-        return f"the CUTLASS kernels are sm_90a and this GPU is compute capability {cc or '?'}"
-    from kernel_templates.gemm import cutlass as kc
+def offered_backends(device: Device) -> tuple[str, ...]:
+    """The backends a worker on ``device`` offers: every backend registered for any kind
+    (``kernel_templates.registry``) whose ``available`` hook lets this device run it."""
+    from kernel_templates.registry import availability
 
-    missing = kc.cutlass_available()
-    if missing:
-        return missing
-    try:
-        kc.toolchain()
-    except kc.CompileError as exc:
-        return str(exc).splitlines()[0]
-    return None
+    offered: set[str] = set()
+    for (kind, backend), why in availability(device).items():
+        if why is None:
+            offered.add(backend)
+        else:
+            log.info("not offering %s for %s: %s", backend, kind, why)
+    return tuple(sorted(offered))
 
 
-def cutlass_catalogue(device: Device) -> dict[str, Any] | None:
-    """What this worker declares to the service when it registers: the CUTLASS operations it
-    can build (``Catalogue.encode``), or ``None`` when it does not offer CUTLASS. The service
-    searches over them and never enumerates CUTLASS itself."""
-    if Backend.CUTLASS.value not in device.backends:
-        return None
-    from kernel_templates.gemm import cutlass as kc
+def catalogues(device: Device) -> dict[str, dict[str, Any]]:
+    """What this worker declares to the service when it registers, by ``"<kind>/<backend>"``:
+    each offered backend's catalogue (the CUTLASS operations it can build, say), so the
+    service searches over them and never enumerates them itself."""
+    from kernel_templates.registry import catalogue_hooks
 
-    return kc.catalogue().encode()
+    out: dict[str, dict[str, Any]] = {}
+    for (kind, backend), hook in catalogue_hooks().items():
+        if backend in device.backends:
+            body = hook(device)
+            if body is not None:
+                out[f"{kind}/{backend}"] = body
+    return out
 
 
 def detect_device(interpret: bool | None = None) -> Device:
@@ -86,35 +86,28 @@ def detect_device(interpret: bool | None = None) -> Device:
     torch_version, triton_version = _versions()
     use_cuda = torch.cuda.is_available() if interpret is None else not interpret
     if not use_cuda:
-        return Device(gpu_model=INTERPRETER_GPU, mode="interpreter", torch=torch_version,
-                      triton=triton_version,
-                      backends=(Backend.CUBLAS.value, Backend.TRITON.value))
+        device = Device(gpu_model=INTERPRETER_GPU, mode="interpreter", torch=torch_version,
+                        triton=triton_version)
+        return dataclasses.replace(device, backends=offered_backends(device))
     if not torch.cuda.is_available():
         raise RuntimeError("interpret=False asks for CUDA, but torch sees no CUDA device")
     idx = torch.cuda.current_device()
     props = torch.cuda.get_device_properties(idx)
     smem = getattr(props, "shared_memory_per_block_optin", 0) or 0
     driver = nvidia_smi("driver_version", index=idx)
-    cc = f"{props.major}.{props.minor}"
-    backends = [Backend.CUBLAS.value, Backend.TRITON.value]
-    why = cutlass_unavailable(cc)
-    if why is None:
-        backends.insert(1, Backend.CUTLASS.value)
-    else:
-        log.info("not offering cutlass: %s", why)
-    return Device(
+    device = Device(
         gpu_model=torch.cuda.get_device_name(idx),
         mode="cuda",
         sm_count=props.multi_processor_count,
-        cc=cc,
+        cc=f"{props.major}.{props.minor}",
         smem_per_block=int(smem),
         memory_bytes=int(props.total_memory),
         driver=driver[0] if driver else "",
         cuda=torch.version.cuda or "",
         torch=torch_version,
         triton=triton_version,
-        backends=tuple(backends),
     )
+    return dataclasses.replace(device, backends=offered_backends(device))
 
 
 @cache

@@ -1,16 +1,20 @@
 """Benchmarks run in a long-lived spawned child; a crash or a hang costs the child, not the worker.
 
 ``IsolatedRunner`` keeps one child process (``multiprocessing`` *spawn* context, so CUDA and
-Triton state belong to the child) and sends it one candidate at a time. The child imports torch
-and triton once and is reused across candidates. When the child dies (a segfault, an exit, a
-sticky CUDA error after which it exits on purpose) the candidate is ``crashed``; when it does not
-answer within ``timeout_s`` it is killed and the candidate is ``timeout``. Either way the next
-``run`` starts a fresh child.
+JIT state belong to the child) and sends it one candidate at a time. The child imports what
+the registered kernels need once and is reused across candidates. When the child dies (a
+segfault, an exit, a sticky CUDA error after which it exits on purpose) the candidate is
+``crashed``; when it does not answer within ``timeout_s`` it is killed and the candidate is
+``timeout``. Either way the next ``run`` starts a fresh child.
 
 The ``target`` seam (``"module:function"``, called as ``fn(candidate_dict, options) ->
-measurement_dict``) lets tests inject children that hang or die.
+measurement_dict``) lets tests inject children that hang or die. ``plugins`` name modules that
+register more kernels with ``kernel_templates.registry`` when imported (``KS_PLUGINS``): the
+child and the compile pool import them before they run any candidate.
 
-This module imports neither torch nor triton: the parent stays light.
+Before a batch runs, ``prepare`` readies it as each backend registered (its ``Preparer`` in a
+thread of this process, parallel nvcc say; its ``warm_up`` runs in the compile pool), so this
+module names no backend. It imports neither torch nor triton itself.
 """
 
 from __future__ import annotations
@@ -27,15 +31,16 @@ from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from kernel_templates.registry import Prepared, Preparer, preload_modules, preparer, warms_up
 from search.types import Candidate, Measurement, Status
 from workers.execute import STICKY
+from workers.plugins import import_plugins
 
-__all__ = ["IsolatedRunner", "load_target", "prepare", "prepare_cutlass"]
+__all__ = ["IsolatedRunner", "load_target", "prepare"]
 
 log = logging.getLogger("kernelsearch.worker")
 
 DEFAULT_TARGET = "workers.execute:execute"
-DEFAULT_PRELOAD = ("torch", "triton")
 
 
 def load_target(spec: str) -> Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]:
@@ -53,10 +58,11 @@ def _set_interpret(interpret: bool) -> None:
 
 
 def _child_main(conn: Connection, interpret: bool, target: str,
-                preload: tuple[str, ...]) -> None:
+                preload: tuple[str, ...] | None, plugins: tuple[str, ...] = ()) -> None:
     _set_interpret(interpret)
     try:
-        for module in preload:
+        import_plugins(plugins)
+        for module in preload_modules() if preload is None else preload:
             importlib.import_module(module)
         fn = load_target(target)
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises
@@ -86,28 +92,31 @@ def _child_main(conn: Connection, interpret: bool, target: str,
 class IsolatedRunner:
     """Runs candidates one by one in a reusable spawned child; use as a context manager.
 
-    ``options`` go to the target with each candidate (``interpret`` is added). ``preload`` names
-    modules the child imports before it reports ready, so their import time stays out of the
-    first candidate's timeout.
+    ``options`` go to the target with each candidate (``interpret`` is added). ``plugins``
+    (imported first) register more kernels. ``preload`` names modules the child imports next,
+    before it reports ready, so their import time stays out of the first candidate's timeout
+    (``None``: what the registered kinds declare, ``kernel_templates.registry.preload_modules``).
     """
 
     def __init__(self, interpret: bool, timeout_s: float = 120.0, target: str = DEFAULT_TARGET,
                  options: dict[str, Any] | None = None,
-                 preload: tuple[str, ...] = DEFAULT_PRELOAD,
-                 start_timeout_s: float = 300.0) -> None:
+                 preload: tuple[str, ...] | None = None,
+                 start_timeout_s: float = 300.0, plugins: Iterable[str] = ()) -> None:
         self.interpret = interpret
         self.timeout_s = timeout_s
         self.target = target
         self.options = {**(options or {}), "interpret": interpret}
         self.preload = preload
+        self.plugins = tuple(plugins)
         self.start_timeout_s = start_timeout_s
         self.spawned = 0  # children started so far (1 + respawns)
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Connection | None = None
         self._pool: Any = None  # compile pool, started on the first prepare() and kept
-        # CUTLASS ops built by prepare(): op name -> (nvcc seconds to charge, error or None)
-        self._cutlass: dict[str, tuple[float, str | None]] = {}
+        # What prepare() readied, per (kind, backend): how a candidate names its unit, and
+        # unit -> Prepared (seconds still to charge, or the error its candidates get)
+        self._prepared: dict[tuple[str, str], tuple[Preparer, dict[str, Prepared]]] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
     def __enter__(self) -> IsolatedRunner:
@@ -124,7 +133,8 @@ class IsolatedRunner:
         self._reap()
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=_child_main, name="kernelsearch-bench", daemon=True,
-                                 args=(child, self.interpret, self.target, self.preload))
+                                 args=(child, self.interpret, self.target, self.preload,
+                                       self.plugins))
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
@@ -168,20 +178,22 @@ class IsolatedRunner:
     def run(self, candidate: Candidate) -> Measurement:
         """Measure ``candidate`` in the child; a death is ``crashed``, silence is ``timeout``.
 
-        A CUTLASS candidate whose op failed to compile in ``prepare`` is ``compile_error``
-        without a trip to the child (it would only run nvcc again); one that ``prepare`` built
-        is charged its share of the nvcc seconds in ``compile_s``."""
+        A candidate whose unit (its CUTLASS op, say) failed in ``prepare`` is ``compile_error``
+        without a trip to the child (it would only compile again); the first candidate of a
+        unit that ``prepare`` built is charged the unit's seconds in ``compile_s``."""
         prepared = None
-        if candidate.backend == "cutlass":
-            op = str(candidate.config.get("op"))
-            prepared = self._cutlass.get(op)
-            if prepared is not None and prepared[1] is not None:  # kept: its twins fail too
-                return Measurement(status=Status.COMPILE_ERROR, error=prepared[1][-4000:],
-                                   compile_s=prepared[0] or None, env={"stage": "prepare"})
-            self._cutlass.pop(op, None)  # nvcc seconds are charged to the first candidate
+        entry = self._prepared.get((candidate.problem.kind, candidate.backend))
+        unit = entry[0].unit(candidate) if entry is not None else None
+        if entry is not None and unit is not None:
+            prepared = entry[1].get(unit)
+            if prepared is not None and prepared.error is not None:  # kept: its twins fail too
+                return Measurement(status=Status.COMPILE_ERROR, error=prepared.error[-4000:],
+                                   compile_s=prepared.compile_s or None,
+                                   env={"stage": "prepare"})
+            entry[1].pop(unit, None)  # the seconds are charged to the first candidate only
         m = self._run(candidate)
-        if prepared is not None and prepared[0] > 0:
-            m = dataclasses.replace(m, compile_s=(m.compile_s or 0.0) + prepared[0])
+        if prepared is not None and prepared.compile_s > 0:
+            m = dataclasses.replace(m, compile_s=(m.compile_s or 0.0) + prepared.compile_s)
         return m
 
     def _run(self, candidate: Candidate) -> Measurement:
@@ -220,9 +232,10 @@ class IsolatedRunner:
 
     def prepare(self, candidates: Iterable[Candidate], processes: int | None = None,
                 timeout_s: float = 600.0) -> int:
-        """Compile a batch's kernels ahead, in parallel: Triton configs in the compile pool
-        (see ``prepare``) while the batch's CUTLASS ops build with parallel nvcc processes
-        (``prepare_cutlass``) in a thread. Returns how many kernels were made ready.
+        """Ready a batch's kernels ahead, in parallel: each backend's registered ``Preparer``
+        (CUTLASS: its ops built with parallel nvcc) in a thread of its own while the candidates
+        of backends that ``warm_up`` (Triton) run once in the compile pool. Returns how many
+        kernels were made ready.
 
         The pool is started once and kept for the runner's life: spawning processes that
         import torch and create a CUDA context costs seconds, which per batch was a third of
@@ -231,30 +244,46 @@ class IsolatedRunner:
         candidates = list(candidates)
         if self.interpret:
             return 0
-        built: dict[str, tuple[float, str | None]] = {}
-        cutlass = None
-        if any(c.backend == "cutlass" for c in candidates):
-            cutlass = threading.Thread(target=lambda: built.update(prepare_cutlass(candidates)),
-                                       name="cutlass-build", daemon=True)
-            cutlass.start()
+        groups: dict[tuple[str, str], list[Candidate]] = {}
+        for c in candidates:
+            groups.setdefault((c.problem.kind, c.backend), []).append(c)
+        built: dict[tuple[str, str], dict[str, Prepared]] = {}
+        threads = []
+        for key, group in groups.items():
+            hook = preparer(*key)
+            if hook is None:
+                continue
+
+            def build(key: tuple[str, str] = key, hook: Preparer = hook,
+                      group: list[Candidate] = group) -> None:
+                built[key] = hook.build(group)
+
+            thread = threading.Thread(target=build, name=f"prepare-{key[1]}", daemon=True)
+            thread.start()
+            threads.append((key, hook, thread))
         done: int | None = 0
-        todo = _triton_dicts(candidates)
+        todo = _warm_up_dicts(candidates)
         if todo:
             if self._pool is None:
                 n = processes or max(1, min(8, (os.cpu_count() or 2) - 2))
-                self._pool = self._ctx.Pool(processes=n, maxtasksperchild=64)
+                self._pool = self._ctx.Pool(processes=n, maxtasksperchild=64,
+                                            initializer=import_plugins,
+                                            initargs=(self.plugins,))
             done = _compile_all(self._pool, todo, timeout_s)
             if done is None:  # timed out: the pool is gone, the next batch starts a fresh one
                 self._pool = None
-        if cutlass is not None:
-            cutlass.join()
-            self._cutlass.update(built)
-        return (done or 0) + sum(1 for _, err in built.values() if err is None)
+        ready = 0
+        for key, hook, thread in threads:
+            thread.join()
+            units = built.get(key, {})
+            self._prepared.setdefault(key, (hook, {}))[1].update(units)
+            ready += sum(1 for p in units.values() if p.error is None)
+        return (done or 0) + ready
 
 
 # -- compile-cache warming --------------------------------------------------------------------
 def _compile_one(candidate: dict[str, Any]) -> bool:
-    """Run a candidate once in a pool process so its kernels land in Triton's disk cache."""
+    """Run a candidate once in a pool process so its JIT binaries land in the disk cache."""
     try:
         import torch
 
@@ -270,58 +299,25 @@ def _compile_one(candidate: dict[str, Any]) -> bool:
 
 
 def prepare(candidates: Iterable[Candidate], interpret: bool = False, processes: int = 4,
-            timeout_s: float = 600.0) -> int:
-    """Warm Triton's on-disk compile cache for ``candidates`` with ``processes`` spawned
-    processes, so the benchmark child later loads binaries instead of compiling one by one.
+            timeout_s: float = 600.0, plugins: Iterable[str] = ()) -> int:
+    """Warm the JIT's on-disk compile cache for ``candidates`` whose backend registered
+    ``warm_up`` (Triton) with ``processes`` spawned processes, so the benchmark child later
+    loads binaries instead of compiling one by one.
 
     Returns how many compiled and ran; failures are left for the real run to classify. A no-op
-    for the interpreter (nothing is compiled) and for non-Triton backends.
+    for the interpreter (nothing is compiled) and for backends without ``warm_up``.
     """
-    todo = _triton_dicts(candidates)
+    todo = _warm_up_dicts(candidates)
     if interpret or not todo:
         return 0
     ctx = mp.get_context("spawn")
-    with ctx.Pool(processes=min(processes, len(todo)), maxtasksperchild=16) as pool:
+    with ctx.Pool(processes=min(processes, len(todo)), maxtasksperchild=16,
+                  initializer=import_plugins, initargs=(tuple(plugins),)) as pool:
         return _compile_all(pool, todo, timeout_s) or 0
 
 
-def prepare_cutlass(candidates: Iterable[Candidate], jobs: int | None = None
-                    ) -> dict[str, tuple[float, str | None]]:
-    """Build the CUTLASS ops of ``candidates`` (each unique op once) into the artifact cache
-    with parallel nvcc (``kernel_templates.gemm.cutlass.build``), so the benchmark child only loads
-    them. Returns op name -> (nvcc seconds to charge to its first candidate: its share of its
-    file's compile, 0 when found in the cache; the compile error's text or None). Never raises:
-    an op it cannot look up, or a missing toolchain, is left for the child to classify."""
-    names = list(dict.fromkeys(str(c.config.get("op")) for c in candidates
-                               if c.backend == "cutlass" and c.config.get("op")))
-    if not names:
-        return {}
-    try:
-        from kernel_templates.gemm import cutlass as kc
-
-        ops = []
-        for name in names:
-            try:
-                ops.append(kc.op_by_name(name))
-            except KeyError:
-                continue  # not an op of this CUTLASS version: the child says INVALID
-        t0 = time.perf_counter()
-        result = kc.build(ops, jobs=jobs)
-    except Exception as exc:  # noqa: BLE001 - no nvcc, no cutlass_library: the child reports
-        log.warning("building CUTLASS ops ahead failed: %s", exc)
-        return {}
-    out: dict[str, tuple[float, str | None]] = {}
-    for name, art in result.artifacts.items():
-        out[name] = (0.0 if art.cached else art.compile_s / max(1, len(art.ops)), None)
-    for name, err in result.errors.items():
-        out[name] = (0.0, str(err))
-    log.info("CUTLASS: %d op(s) ready, %d failed, %d compiled in %.1f s", len(result.artifacts),
-             len(result.errors), result.compiled, time.perf_counter() - t0)
-    return out
-
-
-def _triton_dicts(candidates: Iterable[Candidate]) -> list[dict[str, Any]]:
-    return [c.to_dict() for c in candidates if c.backend == "triton"]
+def _warm_up_dicts(candidates: Iterable[Candidate]) -> list[dict[str, Any]]:
+    return [c.to_dict() for c in candidates if warms_up(c.problem.kind, c.backend)]
 
 
 def _compile_all(pool: Any, todo: list[dict[str, Any]], timeout_s: float) -> int | None:

@@ -41,10 +41,10 @@ class WorkerLoop:
     def __init__(self, client: KernelSearchClient, runner: Runner, device: Device, *,
                  name: str | None = None, batch: int = 8, poll_s: float = 1.0,
                  on_result: Callable[[Candidate, Measurement], None] | None = None,
-                 cutlass_catalogue: dict[str, Any] | None = None) -> None:
+                 catalogues: dict[str, dict[str, Any]] | None = None) -> None:
         self.client = client
-        #: declared at registration (``workers.device.cutlass_catalogue``)
-        self.cutlass_catalogue = cutlass_catalogue
+        #: declared at registration, by ``"<kind>/<backend>"`` (``workers.device.catalogues``)
+        self.catalogues = dict(catalogues or {})
         self.runner = runner
         self.device = device
         self.name = name or socket.gethostname()
@@ -57,7 +57,7 @@ class WorkerLoop:
 
     def register(self) -> int:
         reply = self.client.register_worker(self.name, self.device.to_dict(),
-                                            self.cutlass_catalogue)
+                                            self.catalogues or None)
         self.worker_id = int(reply["worker_id"])
         log.info("registered as worker %s for %s", self.worker_id, reply.get("gpu_model"))
         return self.worker_id

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Annotated, Any
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class WorkerSettings(BaseSettings):
@@ -22,6 +23,16 @@ class WorkerSettings(BaseSettings):
     interpret: bool | None = Field(
         None, description="run Triton in its CPU interpreter (default: when there is no GPU)")
     compile_workers: int = Field(0, ge=0, description="parallel compile processes (0: auto)")
+    plugins: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="modules that register more kernels on import, comma-separated "
+        "(imported by the worker, its benchmark child and its compile pool)")
+
+    @field_validator("plugins", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(name.strip() for name in value.split(",") if name.strip())
+        return value
 
 
 @lru_cache

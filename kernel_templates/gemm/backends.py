@@ -13,6 +13,11 @@ CUTLASS artifact cache (``kernel_templates.gemm.cutlass``), compiling it first w
 ``prepare`` did not; nvcc failing raises ``kernel_templates.gemm.cutlass.CompileError``
 (``Status.COMPILE_ERROR``), a launcher's non-zero status ``CutlassError``
 (``Status.LAUNCH_ERROR``).
+
+What a worker host needs is registered here too: ``cutlass`` is available on sm_90 with
+``cutlass_library`` and nvcc, declares its operation catalogue and builds a batch's operations
+ahead with parallel nvcc (``kernel_templates.gemm.cutlass.hosting``); ``triton`` kernels are
+warmed up in the worker's compile pool; ``cublas`` runs wherever torch does.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 
 from kernel_templates import registry
 from kernel_templates.errors import InvalidConfig, Unsupported
+from kernel_templates.gemm.cutlass import hosting
 from kernel_templates.gemm.inputs import GemmInputs, make_inputs, torch_dtype
 from kernel_templates.gemm.reference import reference_for, rel_error, tolerance_for
 from search.kinds.gemm.spec import Backend, GemmProblem, check_served
@@ -181,8 +187,10 @@ def register() -> None:
     registry.register_kind(registry.KernelKind(
         name="gemm", make_inputs=make_inputs,
         reference=lambda problem, inputs: reference_for(inputs), rel_error=rel_error,
-        tolerance=tolerance_for, check=_check_dtypes))
+        tolerance=tolerance_for, check=_check_dtypes, preload=("torch", "triton")))
     registry.register("gemm", Backend.CUBLAS.value, _cublas, supports=_cublas_supports)
-    registry.register("gemm", Backend.CUTLASS.value, _cutlass, supports=_cutlass_supports)
+    registry.register("gemm", Backend.CUTLASS.value, _cutlass, supports=_cutlass_supports,
+                      available=hosting.available, catalogue=hosting.catalogue,
+                      prepare=hosting.PREPARER)
     registry.register("gemm", Backend.TRITON.value, _triton, supports=_triton_supports,
-                      static_check=_triton_static)
+                      static_check=_triton_static, warm_up=True)

@@ -112,6 +112,11 @@ class ProblemKind(ABC):
             raise ProblemError("backends", f"a {self.name} problem runs on "
                                            f"{', '.join(self.backends)}")
 
+    def check_catalogue(self, backend: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A catalogue a worker declares for ``backend`` as it is stored; ``ValueError`` when
+        it is malformed (the default stores what was declared)."""
+        return body
+
     # -- what the decision loop measures ----------------------------------------------------------
     @abstractmethod
     def library_plan(self, problem: Problem, policy: Policy, backends: Sequence[str],

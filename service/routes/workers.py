@@ -6,7 +6,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from search.kinds.gemm.cutlass_catalogue import Catalogue
 from search.types import Device, Measurement
 from service.deps import FlowDep, WorkerAuth
 from service.schemas import (
@@ -29,9 +28,7 @@ LeaseId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9
 @router.post("/register", response_model=RegisterOut)
 def register(body: RegisterIn, flow: FlowDep) -> RegisterOut:
     device = Device.from_dict(body.device.model_dump())
-    catalogue = (Catalogue.decode(body.cutlass_catalogue)
-                 if body.cutlass_catalogue is not None else None)
-    worker = flow.register_worker(body.name, device, catalogue)
+    worker = flow.register_worker(body.name, device, body.catalogues)
     return RegisterOut(worker_id=worker.id, gpu_model=worker.gpu_model)
 
 

@@ -96,7 +96,7 @@ class Driver:
         """Register a worker; one that offers CUTLASS declares ``cutlass_catalogue``."""
         body: dict[str, Any] = {"name": name, "device": device(**dev)}
         if cutlass_catalogue is not None:
-            body["cutlass_catalogue"] = cutlass_catalogue
+            body["catalogues"] = {"gemm/cutlass": cutlass_catalogue}
         r = self.http.post("/v1/workers/register", json=body)
         assert r.status_code == 200, r.text
         return int(r.json()["worker_id"])

@@ -54,7 +54,7 @@ def main() -> None:
             device = {"gpu_model": GPU, "mode": "cuda", "sm_count": 132, "cc": "9.0",
                       "smem_per_block": 232_448, "backends": ["cublas", "cutlass", "triton"]}
             r = http.post("/v1/workers/register", json={
-                "name": "w", "device": device, "cutlass_catalogue": CATALOGUE})
+                "name": "w", "device": device, "catalogues": {"gemm/cutlass": CATALOGUE}})
             assert r.status_code == 200, r.text
             lease = http.post(f"/v1/workers/{r.json()['worker_id']}/lease",
                               json={"max_candidates": 8})

@@ -153,6 +153,21 @@ def test_a_malformed_catalogue_is_refused_at_registration(client: TestClient,
                                                           driver: Any) -> None:
     r = client.post("/v1/workers/register", json={
         "name": "w", "device": driver.device(backends=WITH_CUTLASS),
-        "cutlass_catalogue": {"families": [{"family": ["bf16"], "ops": []}]}})
+        "catalogues": {"gemm/cutlass": {"families": [{"family": ["bf16"], "ops": []}]}}})
     assert r.status_code == 422, r.text
-    assert r.json()["detail"][0]["loc"] == ["body", "cutlass_catalogue"]
+    detail = r.json()["detail"][0]
+    assert detail["loc"] == ["body", "catalogues"] and "gemm/cutlass" in detail["msg"]
+
+
+def test_a_catalogue_is_declared_under_kind_and_backend(client: TestClient,
+                                                        driver: Any) -> None:
+    """A catalogue the service does not read is stored as declared; a key that is not
+    ``"<kind>/<backend>"`` is refused, naming the field."""
+    device = driver.device(backends=WITH_CUTLASS)
+    r = client.post("/v1/workers/register", json={
+        "name": "w", "device": device, "catalogues": {"toy/fancy": {"anything": [1, 2]}}})
+    assert r.status_code == 200, r.text
+    r = client.post("/v1/workers/register", json={
+        "name": "w", "device": device, "catalogues": {"cutlass": {}}})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"][:2] == ["body", "catalogues"]

@@ -23,3 +23,16 @@ def behave(candidate: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]
     return Measurement(status=Status.OK, median_us=1.0, p20_us=1.0, p80_us=1.0, reps=1,
                        env={"pid": os.getpid(), "interpret": options.get("interpret"),
                             "env_interpret": os.environ.get("TRITON_INTERPRET")}).to_dict()
+
+
+def registry_state(candidate: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """Report what the child's kernel registry holds (the plug-ins it imported register)."""
+    import sys
+
+    from kernel_templates import registry
+
+    return Measurement(status=Status.OK, median_us=1.0, p20_us=1.0, p80_us=1.0, reps=1,
+                       env={"kinds": sorted(registry.KINDS),
+                            "toy_backends": list(registry.backends("toy_double")),
+                            "modules": sorted(m for m in sys.modules if "toy_plugin" in m)}
+                       ).to_dict()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from search.types import INTERPRETER_GPU
-from workers.device import detect_device, environment
+from search.kinds.gemm.cutlass_catalogue import Catalogue
+from search.types import INTERPRETER_GPU, Device
+from workers.device import catalogues, detect_device, environment, offered_backends
 
 
 def test_interpreter_device() -> None:
@@ -30,7 +33,7 @@ def test_cuda_device() -> None:
 
 def test_cutlass_is_offered_on_sm90_with_nvcc_only(monkeypatch: pytest.MonkeyPatch) -> None:
     from kernel_templates.gemm import cutlass as kc
-    from workers.device import cutlass_unavailable
+    from kernel_templates.gemm.cutlass.hosting import cutlass_unavailable
 
     assert "compute capability 8.0" in cutlass_unavailable("8.0")
     monkeypatch.setattr(kc, "cutlass_available", lambda: "cutlass_library is not installed")
@@ -48,3 +51,24 @@ def test_cutlass_is_offered_on_sm90_with_nvcc_only(monkeypatch: pytest.MonkeyPat
 
 def test_interpreter_never_offers_cutlass() -> None:
     assert "cutlass" not in detect_device(interpret=True).backends
+    # today's interpreter worker: the GEMM library and custom backends, nothing declared
+    device = detect_device(interpret=True)
+    assert device.backends == ("cublas", "triton")
+    assert catalogues(device) == {}
+
+
+def test_offered_backends_follow_the_registry_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA sm_90 worker with cutlass_library and nvcc offers cuBLAS, CUTLASS and Triton
+    and declares the CUTLASS catalogue under ``gemm/cutlass``; on sm_80 it offers no CUTLASS."""
+    from kernel_templates.gemm import cutlass as kc
+
+    monkeypatch.setattr(kc, "cutlass_available", lambda: None)
+    monkeypatch.setattr(kc, "toolchain", lambda *_a, **_k: None)
+    monkeypatch.setattr(kc, "catalogue", lambda: Catalogue((), source="fake"))
+    h100 = Device(gpu_model="H100", mode="cuda", cc="9.0")
+    assert offered_backends(h100) == ("cublas", "cutlass", "triton")
+    h100 = dataclasses.replace(h100, backends=offered_backends(h100))
+    assert catalogues(h100) == {"gemm/cutlass": Catalogue((), source="fake").encode()}
+    a100 = Device(gpu_model="A100", mode="cuda", cc="8.0")
+    assert offered_backends(a100) == ("cublas", "triton")
+    assert catalogues(dataclasses.replace(a100, backends=offered_backends(a100))) == {}

@@ -87,5 +87,6 @@ def test_a_cutlass_worker_declares_its_catalogue_when_it_registers() -> None:
     client = Recorder()
     catalogue = {"source": "fake", "families": []}
     device = Device(gpu_model="H100", mode="cuda", backends=("cublas", "cutlass"))
-    WorkerLoop(client, ReplayRunner(), device, cutlass_catalogue=catalogue).register()
-    assert client.sent == (["cublas", "cutlass"], catalogue)
+    WorkerLoop(client, ReplayRunner(), device,
+               catalogues={"gemm/cutlass": catalogue}).register()
+    assert client.sent == (["cublas", "cutlass"], {"gemm/cutlass": catalogue})

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from search import kinds
 from search.kinds.base import Catalogues, LibraryPlan, ProblemKind
 from search.kinds.gemm import library, triton_space
+from search.kinds.gemm.cutlass_catalogue import Catalogue
 from search.kinds.gemm.spec import Backend, GemmProblem, ProblemError, check_served
 
 if TYPE_CHECKING:
@@ -51,6 +52,11 @@ class GemmKind(ProblemKind):
             raise ProblemError("backends", (
                 f"{problem.dtype} is served by the library backends only "
                 f"({', '.join(self.library_backends)}): there is no fp8 Triton template"))
+
+    def check_catalogue(self, backend: str, body: dict[str, Any]) -> dict[str, Any]:
+        if backend == CUTLASS:
+            return Catalogue.decode(body).encode()
+        return body
 
     def library_plan(self, problem: Any, policy: Policy, backends: Sequence[str],
                      gpu_model: str, catalogues: Catalogues, seeds: int) -> LibraryPlan:

@@ -30,8 +30,9 @@ __all__ = ["CUTLASS_CATALOGUE", "clear_cache", "cutlass_configs", "cutlass_ops",
 
 log = logging.getLogger("kernelsearch.agent")
 
-#: The name a CUTLASS worker declares its operation catalogue under.
-CUTLASS_CATALOGUE = "cutlass"
+#: Key of the CUTLASS operation catalogue, as workers declare it (``"<kind>/<backend>"``) and
+#: as ``db.catalogues`` stores it
+CUTLASS_CATALOGUE = "gemm/cutlass"
 
 _CACHE_SIZE = 256
 _Answer = tuple[tuple[dict[str, Any], ...], str | None]
