@@ -220,8 +220,12 @@ class DecisionOut(BaseModel):
     config: dict[str, Any] | None
     median_us: float | None
     speedup: float | None = Field(description="library time / chosen time")
+    baseline: str | None = Field(
+        None, description="the library backend speed-ups are also stated against (the kind's "
+                          "baseline: cublas for gemm)")
     speedup_vs_cublas: float | None = Field(
-        None, description="cuBLAS time / chosen time (the library pick may be CUTLASS)")
+        None, description="the baseline's time / chosen time (the library pick may be another "
+                          "library kernel, e.g. CUTLASS against cuBLAS); named before kinds")
     bound: str | None
     attainable_us: float | None
     efficiency_library: float | None

@@ -58,7 +58,8 @@ def decision_out(d: DecisionRecord) -> DecisionOut:
     return DecisionOut(
         id=d.id, problem_id=d.problem_id, job_id=d.job_id, gpu=d.gpu_model, verdict=d.verdict,
         chosen=d.chosen, backend=d.backend, config=d.config, median_us=d.median_us,
-        speedup=d.speedup, speedup_vs_cublas=ev.get("speedup_vs_cublas"), bound=d.bound,
+        speedup=d.speedup, baseline=ev.get("baseline"),
+        speedup_vs_cublas=ev.get("speedup_vs_cublas"), bound=d.bound,
         attainable_us=d.attainable_us,
         efficiency_library=lib.get("efficiency") if lib else None,
         efficiency_custom=cus.get("efficiency") if cus else None, verified=d.verified,

@@ -161,12 +161,15 @@ def test_a_malformed_catalogue_is_refused_at_registration(client: TestClient,
 
 def test_a_catalogue_is_declared_under_kind_and_backend(client: TestClient,
                                                         driver: Any) -> None:
-    """A catalogue the service does not read is stored as declared; a key that is not
-    ``"<kind>/<backend>"`` is refused, naming the field."""
+    """A catalogue its kind does not check is stored as declared; a key that is not
+    ``"<kind>/<backend>"``, or names no registered kind, is refused, naming the field."""
     device = driver.device(backends=WITH_CUTLASS)
     r = client.post("/v1/workers/register", json={
-        "name": "w", "device": device, "catalogues": {"toy/fancy": {"anything": [1, 2]}}})
+        "name": "w", "device": device, "catalogues": {"gemm/fancy": {"anything": [1, 2]}}})
     assert r.status_code == 200, r.text
+    r = client.post("/v1/workers/register", json={
+        "name": "w", "device": device, "catalogues": {"toy/fancy": {"anything": [1, 2]}}})
+    assert r.status_code == 422 and "unknown problem kind 'toy'" in r.text, r.text
     r = client.post("/v1/workers/register", json={
         "name": "w", "device": device, "catalogues": {"cutlass": {}}})
     assert r.status_code == 422, r.text
