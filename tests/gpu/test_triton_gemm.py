@@ -96,6 +96,10 @@ BF16_VARIANTS = [
     cfg(128, 128, 64, 8, 1, 8, 4, **WS), cfg(128, 128, 64, 4, 1, 8, 4, **WS),
     cfg(128, 256, 64, 8, 1, 8, 3, num_ctas=2, **P),
     cfg(128, 256, 64, 8, 1, 8, 3, num_ctas=2, **WS),
+    # the persistent kernel's variants, once process switches, now config keys
+    cfg(128, 128, 64, 8, 1, 8, 4, FLATTEN=0, **P), cfg(128, 128, 64, 8, 1, 8, 4, TMA_STORE=1, **P),
+    cfg(128, 128, 64, 8, 1, 8, 4, WS_LOOP="tiles", **WS),
+    cfg(128, 128, 64, 8, 1, 8, 4, LOADS="pointer"),
 ]
 FP32_VARIANTS = [
     cfg(128, 128, 32, 8, 1, 8, 3, **TF32), cfg(128, 256, 32, 8, 1, 8, 3, **TF32),
