@@ -25,7 +25,6 @@ from db.records import (
     JobCounts,
     LeaseRecord,
 )
-from search.kinds.gemm import CUTLASS_TIER
 from search.types import config_key
 
 
@@ -55,11 +54,14 @@ def add_task(session: Session, job_id: int, problem_id: int, task: str, config: 
     return CandidateRecord.of(row)
 
 
-def job_counts(session: Session, job_id: int) -> JobCounts:
+def job_counts(session: Session, job_id: int, library_tier: str | None = None) -> JobCounts:
+    """The job's candidates by state; ``library_tier``: the problem kind's library-side search
+    tier, whose trials have their own budget and are not counted as custom trials."""
     c = CandidateRow
-    # custom-search trials (what the trial budget counts): a tier, but not the CUTLASS search
-    # (library side, with its own budget in the policy)
-    custom = c.tier.is_not(None) & (c.tier != CUTLASS_TIER)
+    # custom-search trials (what the trial budget counts): a tier, not the library search's
+    custom = c.tier.is_not(None)
+    if library_tier is not None:
+        custom = custom & (c.tier != library_tier)
 
     def count(cond: Any) -> Any:
         return func.coalesce(func.sum(case((cond, 1), else_=0)), 0)

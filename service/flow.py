@@ -300,7 +300,7 @@ class Flow:
         best, library = decisions.as_decided(
             s, decision, measurements.job_best(s, job_id),
             measurements.job_best(s, job_id, kind.library_backends))
-        return JobState(job, cands.job_counts(s, job_id), best, library,
+        return JobState(job, cands.job_counts(s, job_id, kind.library_tier), best, library,
                         measurements.job_best(s, job_id, kind.custom_backends), now, decision)
 
     def _fits(self, job: JobRecord, device: Device) -> bool:

@@ -30,8 +30,6 @@ MAX_DIM = 2**31 - 1
 MAX_ID = 2**63 - 1
 MAX_SECONDS = 30 * 24 * 3600.0
 
-#: What a worker that does not say is assumed to run.
-DEVICE_BACKENDS = ("cublas", "triton")
 
 
 def _no_nul(value: str) -> str:
@@ -375,8 +373,9 @@ class DeviceIn(BaseModel):
     cuda: Annotated[Text, Field(max_length=100)] = ""
     torch: Annotated[Text, Field(max_length=100)] = ""
     triton: Annotated[Text, Field(max_length=100)] = ""
-    backends: list[Backend] = Field(default_factory=lambda: list(DEVICE_BACKENDS),
-                                    max_length=8)
+    backends: list[Backend] = Field(min_length=1, max_length=32,
+                                    description="the backends this worker runs (its kinds' "
+                                                "registry says which)")
 
 
 #: ``"<problem kind>/<backend>"``: the key a worker declares a backend's catalogue under (it is

@@ -178,7 +178,7 @@ def test_concurrent_workers_never_share_a_candidate(app: Any, driver: Any) -> No
 
 def test_worker_token(make_app: Any, database_url: str) -> None:
     app = make_app(ServiceSettings(database_url=database_url, worker_token="s3cret"))
-    body = {"name": "w", "device": {"gpu_model": "G", "mode": "cuda"}}
+    body = {"name": "w", "device": {"gpu_model": "G", "mode": "cuda", "backends": ["cublas"]}}
     with TestClient(app) as http:
         assert http.post("/v1/workers/register", json=body).status_code == 401
         wrong = {"Authorization": "Bearer nope"}
