@@ -160,7 +160,7 @@ def tier_plans(problem: GemmProblem, *, mode: str, cc: str, sm_count: int,
     # Without a split, a kernel has one CTA per output tile. Where even the smallest tiles
     # leave three SMs in four idle and splitting K can fill them, the unsplit tiers cannot
     # compete: on the H100, 64x64x65536 unsplit took 104 us (tiles) and 135 us (persistent)
-    # against 14.7 us split (docs/benchmarks/raw/agent_run5/). Split-K covers the shape alone.
+    # against 14.7 us split (run 5 of docs/benchmarks/agent_h100_2026-11-22.md). Split-K covers the shape alone.
     bm, bn = _up_to(_BLOCK_M, problem.m)[0], _up_to(_BLOCK_N, problem.n)[0]
     ctas = -(-problem.m // bm) * -(-problem.n // bn) * problem.batch
     if split[0] and 4 * ctas < sms <= ctas * max(_splits(problem)):
@@ -171,7 +171,7 @@ def tier_plans(problem: GemmProblem, *, mode: str, cc: str, sm_count: int,
             hopper = (False, unsplit)
     reasons = {"tiles": tiles, "split_k": split, "hopper": hopper, "precision": precision}
     # The persistent kernel refines the tiled one: on an H100 it gained 0-3% over the same
-    # tiles (docs/benchmarks/raw/variants); 10% bounds what the tier can be expected to add.
+    # tiles (variants in docs/notes/kernels.md); 10% bounds what the tier can be expected to add.
     gains = {"hopper": 0.10}
     return tuple(TierPlan(t, TIER_WEIGHTS[t], *reasons[t], max_gain=gains.get(t))
                  for t in TIERS)
