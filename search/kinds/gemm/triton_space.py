@@ -160,7 +160,8 @@ def tier_plans(problem: GemmProblem, *, mode: str, cc: str, sm_count: int,
     # Without a split, a kernel has one CTA per output tile. Where even the smallest tiles
     # leave three SMs in four idle and splitting K can fill them, the unsplit tiers cannot
     # compete: on the H100, 64x64x65536 unsplit took 104 us (tiles) and 135 us (persistent)
-    # against 14.7 us split (run 5 of docs/benchmarks/agent_h100_2026-11-22.md). Split-K covers the shape alone.
+    # against 14.7 us split (run 5 of docs/benchmarks/agent_h100_2026-11-22.md). Split-K
+    # covers the shape alone.
     bm, bn = _up_to(_BLOCK_M, problem.m)[0], _up_to(_BLOCK_N, problem.n)[0]
     ctas = -(-problem.m // bm) * -(-problem.n // bn) * problem.batch
     if split[0] and 4 * ctas < sms <= ctas * max(_splits(problem)):
