@@ -402,8 +402,8 @@ def test_unsplit_tiers_are_skipped_only_where_split_k_alone_can_fill_the_sms(
 
 # -- the library confirmation (policy.confirm_library) --------------------------------------
 # FAKE timings in the range an H100 measured on 8192^3 bf16 (run 9,
-# docs/benchmarks/agent_h100_2026-11-24.md: first-stage medians 1395-1583 us, interleaved rounds 1450-1789 us); which kernel wins the
-# rounds is what each test sets.
+# docs/benchmarks/agent_h100_2026-11-24.md: first-stage medians 1395-1583 us, interleaved
+# rounds 1450-1789 us); which kernel wins the rounds is what each test sets.
 BIG = GemmProblem(8192, 8192, 8192)
 BIG_CAL = Calibration("gpu", 3000.0, {"bf16": 773.1, "fp16": 773.1, "fp32": 50.0})
 OP = {"op": "cutlass3x_sm90_x", "raster": "heuristic", "swizzle": 1, "splits": 1}
