@@ -25,7 +25,8 @@ __all__ = ["BASE_TOLERANCE", "FP8_TOLERANCE", "TF32_TOLERANCE", "reference_for",
 #: schedules; about 14 mantissa bits before the fp32 promotion). Measured on an H100 at
 #: 4096^3 with a bf16 output: 2.1e-3 (fp8 in docs/benchmarks/cutlass_h100_2026-11-22.md), of
 #: which the bf16 rounding is about 1.5e-3; so bf16's 1e-2 for every output. A kernel that
-#: drops a scale is off by a factor, and a missing K tile by ≳ √(BLOCK_K/K) ≥ 4e-2 (K ≤ 65536, BLOCK_K ≥ 128).
+#: drops a scale is off by a factor, and a missing K tile by ≳ √(BLOCK_K/K) ≥ 4e-2
+#: (K ≤ 65536, BLOCK_K ≥ 128).
 FP8_TOLERANCE = 1e-2
 #: ‖out − ref‖ / ‖ref‖ accepted per dtype (of the output when it is the lower precision).
 BASE_TOLERANCE: dict[str, float] = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-4,
