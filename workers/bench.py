@@ -1,10 +1,10 @@
 """The timing method: how long one kernel call takes, as quantiles over many timed calls.
 
 On CUDA (``EventBench``): a few calls estimate the time per call; a time-based warm-up follows;
-then each repetition flushes L2 (zeroing a buffer larger than it), records a start event, calls
-the kernel, records an end event. The flush is outside the events. Calls rotate among the given
-callables (one per input set) so that small inputs are not served from L2 either. The repetition
-count aims at ``target_ms`` of timed kernel work.
+then each repetition flushes L2 (by default reading a buffer larger than it: ``flush_mode``),
+records a start event, calls the kernel, records an end event. The flush is outside the events.
+Calls rotate among the given callables (one per input set) so that small inputs are not served
+from L2 either. The repetition count aims at ``target_ms`` of timed kernel work.
 
 Host overhead must stay out of the events: when the host needs longer to enqueue a repetition
 (Python launcher, TMA descriptors, a second kernel for split-K) than the GPU needs to run it,
