@@ -9,6 +9,7 @@ skipped (with the reason) when the server does not answer.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -261,3 +262,29 @@ def app(make_app: Callable[..., FastAPI], settings: ServiceSettings) -> FastAPI:
 def client(app: FastAPI) -> Iterator[TestClient]:
     with TestClient(app) as test_client:
         yield test_client
+
+
+@pytest.fixture
+def clean_registry() -> Iterator[None]:
+    """The registries as they were: a plug-in kind registered in a test (its search side in
+    ``search.kinds``, its kernels in ``kernel_templates.registry``) must not leak into other
+    tests, which see the built-in kinds only."""
+    from kernel_templates import registry
+    from search import kinds, types
+
+    registry.kinds()
+    tables = [registry.KINDS, registry.FACTORIES, registry._SUPPORTS, registry._STATIC,
+              registry._AVAILABLE, registry._CATALOGUE, registry._PREPARE, kinds._KINDS,
+              types.PARSERS]
+    saved = [dict(t) for t in tables]
+    warm = set(registry._WARM_UP)
+    modules = set(sys.modules)
+    yield
+    for table, before in zip(tables, saved, strict=True):
+        table.clear()
+        table.update(before)  # type: ignore[attr-defined]
+    registry._WARM_UP.clear()
+    registry._WARM_UP.update(warm)
+    for name in set(sys.modules) - modules:
+        if name.startswith("tests."):
+            del sys.modules[name]  # imported again, a plug-in registers again

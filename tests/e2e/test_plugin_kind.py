@@ -20,8 +20,8 @@ pytestmark = pytest.mark.slow
 PLUGIN = "tests.plugins.axpy"
 
 
-def test_a_plugin_kind_is_tuned_end_to_end(database_url: str,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_plugin_kind_is_tuned_end_to_end(database_url: str, monkeypatch: pytest.MonkeyPatch,
+                                           clean_registry: None) -> None:
     monkeypatch.setenv("KS_PLUGINS", PLUGIN)
     get_worker_settings.cache_clear()
     try:

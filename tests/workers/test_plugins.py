@@ -4,11 +4,9 @@ child, which imports them before it runs any candidate (no reliance on the envir
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 
 import pytest
 
-from kernel_templates import registry
 from search.kinds.gemm.spec import GemmProblem
 from search.types import Candidate, Device, Status
 from workers.device import catalogues, offered_backends
@@ -24,22 +22,6 @@ except ImportError:  # tests collected as packages
 PLUGIN = fake_targets.__name__.replace("fake_targets", "toy_plugin")
 ANY = Candidate(problem=GemmProblem(m=16, n=16, k=16, dtype="fp32"), backend="triton",
                 config={})
-
-
-@pytest.fixture
-def clean_registry() -> Iterator[None]:
-    """The registry as it was: a plug-in imported here must not leak into other tests."""
-    registry.kinds()
-    tables = [registry.KINDS, registry.FACTORIES, registry._SUPPORTS, registry._STATIC,
-              registry._AVAILABLE, registry._CATALOGUE, registry._PREPARE]
-    saved = [dict(t) for t in tables]
-    warm = set(registry._WARM_UP)
-    yield
-    for table, before in zip(tables, saved, strict=True):
-        table.clear()
-        table.update(before)  # type: ignore[attr-defined]
-    registry._WARM_UP.clear()
-    registry._WARM_UP.update(warm)
 
 
 def test_settings_name_plugins_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
