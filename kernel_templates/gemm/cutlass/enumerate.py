@@ -61,7 +61,7 @@ def cutlass_available() -> str | None:
 
 
 @dataclass(frozen=True)
-class CutlassOp:
+class CutlassOp(OpSpec):
     """One compiled-kernel identity: everything fixed at compile time.
 
     ``name`` is the CUTLASS procedural name (stable across runs of the generator for one CUTLASS
@@ -73,23 +73,6 @@ class CutlassOp:
     ``cutlass_library`` object the renderer needs; it is never serialised or compared.
     """
 
-    name: str
-    tile: tuple[int, int, int]
-    cluster: tuple[int, int, int]
-    kernel_schedule: str
-    epilogue_schedule: str
-    tile_scheduler: str  # "default" or "stream_k"
-    dtype_a: str
-    dtype_b: str
-    dtype_c: str | None
-    dtype_d: str
-    layout_a: str
-    layout_b: str
-    alignment_a: int
-    alignment_b: int
-    alignment_c: int
-    alignment_d: int
-    arch: int = ARCH
     operation: Any = field(default=None, compare=False, hash=False, repr=False)
 
     @property
