@@ -115,7 +115,8 @@ class _Situation:
     @cached_property
     def cut_out(self) -> bool:
         """CUTLASS search trials in flight."""
-        return any(not t.done for t in self.ev.library if t.tier == self.ev.r.library_tier)
+        tier = self.ev.r.library_tier
+        return tier is not None and any(not t.done for t in self.ev.library if t.tier == tier)
 
     @cached_property
     def tuning(self) -> bool:

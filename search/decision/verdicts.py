@@ -44,7 +44,7 @@ def _pick(t: Trial, rf: Roofline | None, median: float | None = None,
 
 def _spend(ev: Evidence) -> dict[str, dict[str, float]]:
     lib = [t for t in ev.library if t.tier is None]
-    cut = [t for t in ev.library if t.tier == ev.r.library_tier]
+    cut = [t for t in ev.library if t.tier is not None and t.tier == ev.r.library_tier]
     cus = ev.custom
     v = ev.verification
     return {
@@ -66,7 +66,8 @@ def _spend(ev: Evidence) -> dict[str, dict[str, float]]:
 def _library_trials(ev: Evidence) -> tuple[dict[str, Any], ...]:
     return tuple({"candidate_id": t.id, "backend": t.backend, "config": dict(t.config),
                   "status": t.status, "median_us": t.median_us, "p20_us": t.p20_us,
-                  "p80_us": t.p80_us, "search": t.tier == ev.r.library_tier}
+                  "p80_us": t.p80_us,
+                  "search": t.tier is not None and t.tier == ev.r.library_tier}
                  for t in sorted(ev.library, key=lambda t: t.id))
 
 

@@ -42,6 +42,10 @@ def test_a_plugin_kind_is_tuned_end_to_end(database_url: str, monkeypatch: pytes
     assert decision["baseline"] == "torch"
     assert decision["spend"]["calibration"]["gpu_s"] > 0
     assert decision["spend"]["custom"]["trials"] == 3
+    # a kind without a library-side search: its library trials are the first stage's alone
+    assert decision["spend"]["cutlass"]["trials"] == 0
+    assert decision["spend"]["library"]["trials"] == 1
+    assert [t["search"] for t in decision["library_trials"]] == [False]
     assert decision["attainable_us"] > 0
     # the library side is the kind's torch kernel, the custom side its Triton template, every
     # one checked against the kind's float64 reference before it was timed
