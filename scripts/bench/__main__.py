@@ -1,4 +1,4 @@
-"""``python -m scripts.bench <gemm|agent|cutlass-cache> ...``: one subcommand per benchmark."""
+"""``python -m scripts.bench <gemm|agent|attention|cutlass-cache> ...``: one per benchmark."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from scripts.bench import agent, cutlass_cache, gemm
+from scripts.bench import agent, attention, cutlass_cache, gemm
 
-COMMANDS = {"gemm": gemm, "agent": agent, "cutlass-cache": cutlass_cache}
+COMMANDS = {"gemm": gemm, "agent": agent, "attention": attention,
+            "cutlass-cache": cutlass_cache}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
