@@ -1,4 +1,5 @@
-"""``kernelsearch``: tune a GEMM locally, serve the API, run a worker, query results.
+"""``kernelsearch``: tune a GEMM or an attention locally, serve the API, run a worker, query
+results.
 
 Also reachable as ``python3 -m service.cli``. Commands that run kernels (``tune``, ``worker``)
 import the worker side lazily, so ``serve`` and the query commands never import torch.
@@ -23,7 +24,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Autotuning kernel search: cuBLAS vs generated Triton GEMMs.")
+                  help="Autotuning kernel search: library kernels vs generated Triton kernels "
+                       "(GEMM, attention).")
 console = Console(stderr=True)
 
 Dtype = Annotated[str, typer.Option(
@@ -32,6 +34,10 @@ Dtype = Annotated[str, typer.Option(
 LayoutB = Annotated[str | None, typer.Option(
     help="row or col (default: col for fp8_e4m3, which needs it; else row)")]
 Mode = Literal["agent", "force", "full"]
+Kind = Literal["gemm", "attention"]
+#: GEMM's ``tune`` default leaves the CUTLASS search out (it needs a declared catalogue and
+#: nvcc); other kinds default to every backend of the kind.
+_GEMM_BACKENDS = "cublas,triton"
 
 
 def _problem(m: int, n: int, k: int, dtype: str, batch: int, layout_a: str,
@@ -40,6 +46,12 @@ def _problem(m: int, n: int, k: int, dtype: str, batch: int, layout_a: str,
         layout_b = "col" if dtype == "fp8_e4m3" else "row"
     return {"kind": "gemm", "m": m, "n": n, "k": k, "dtype": dtype, "batch": batch,
             "layout_a": layout_a, "layout_b": layout_b}
+
+
+def _attention_problem(batch: int, heads: int, kv_heads: int | None, s_q: int, s_kv: int,
+                       d: int, causal: bool, dtype: str) -> dict[str, Any]:
+    return {"kind": "attention", "batch": batch, "heads": heads, "kv_heads": kv_heads,
+            "s_q": s_q, "s_kv": s_kv, "d": d, "causal": causal, "dtype": dtype}
 
 
 def _gpu_present() -> bool:
@@ -57,10 +69,22 @@ def _gpu_present() -> bool:
 def tune(
     m: int = 4096, n: int = 4096, k: int = 4096, dtype: Dtype = "bf16", batch: int = 1,
     layout_a: str = "row", layout_b: LayoutB = None,
-    trials: Annotated[int, typer.Option(help="Triton configurations to measure")] = 64,
+    kind: Annotated[Kind, typer.Option(
+        help="gemm (--m --n --k --layout-a --layout-b) or attention (--heads --kv-heads --s-q "
+             "--s-kv --d --causal; --batch and --dtype serve both)")] = "gemm",
+    heads: Annotated[int, typer.Option(help="attention: query heads")] = 32,
+    kv_heads: Annotated[int | None, typer.Option(
+        help="attention: key/value heads (fewer: GQA; default: --heads)")] = None,
+    s_q: Annotated[int, typer.Option(help="attention: query length")] = 4096,
+    s_kv: Annotated[int, typer.Option(help="attention: key/value length")] = 4096,
+    d: Annotated[int, typer.Option(help="attention: head dimension")] = 128,
+    causal: Annotated[bool, typer.Option(
+        help="attention: causal mask (aligned bottom-right when s_q != s_kv)")] = False,
+    trials: Annotated[int, typer.Option(help="custom (Triton) configurations to measure")] = 64,
     seconds: Annotated[float | None, typer.Option(help="stop after this long")] = None,
-    backends: Annotated[str, typer.Option(help="comma-separated: cublas,cutlass,triton")] = (
-        "cublas,triton"),
+    backends: Annotated[str | None, typer.Option(help=(
+        f"comma-separated backends (default: {_GEMM_BACKENDS} for gemm, every backend of the "
+        "kind otherwise)"))] = None,
     database_url: Annotated[str | None, typer.Option(
         "--db", help="SQLAlchemy URL (default: KS_DATABASE_URL or ./kernelsearch.db)")] = None,
     interpret: Annotated[bool | None, typer.Option(
@@ -73,17 +97,24 @@ def tune(
         min=0.01, max=1.0, help="library efficiency that counts as sufficient")] = 0.9,
     allow_tf32: Annotated[bool, typer.Option(help="fp32 inputs may run in tf32")] = False,
 ) -> None:
-    """Tune one GEMM on this machine (embedded service, SQLite, local worker): calibrate the
-    GPU once, measure the library, search custom kernels where they can pay, decide."""
-    from search.kinds.gemm.spec import check_served
+    """Tune one GEMM or attention on this machine (embedded service, SQLite, local worker):
+    calibrate the GPU once, measure the library, search custom kernels where they can pay,
+    decide."""
+    from search import kinds
     from search.types import ProblemError, parse_problem
     from service.local import run_tuning
     from service.settings import ServiceSettings
 
     settings = ServiceSettings(**({"database_url": database_url} if database_url else {}))
-    problem = _problem(m, n, k, dtype, batch, layout_a, layout_b)
+    if kind == "attention":
+        problem = _attention_problem(batch, heads, kv_heads, s_q, s_kv, d, causal, dtype)
+    else:
+        problem = _problem(m, n, k, dtype, batch, layout_a, layout_b)
+    chosen = (backends or (_GEMM_BACKENDS if kind == "gemm" else
+                           ",".join(kinds.get(kind).backends))).split(",")
     try:
-        check_served(parse_problem(problem))  # fail before starting anything
+        parsed = parse_problem(problem)
+        kinds.get(kind).check_served(parsed, chosen)  # fail before starting anything
     except ProblemError as exc:
         raise typer.BadParameter(str(exc), param_hint=f"--{exc.field.replace('_', '-')}"
                                  ) from None
@@ -94,7 +125,7 @@ def tune(
                         MofNCompleteColumn(), TextColumn("{task.fields[best]}"),
                         TimeElapsedColumn(), console=console)
     with progress:
-        task = progress.add_task(f"tuning {m}x{n}x{k} {dtype}", total=trials, best="")
+        task = progress.add_task(f"tuning {parsed.describe()}", total=trials, best="")
 
         def show(job: dict[str, Any]) -> None:
             p = job.get("progress") or {}
@@ -107,7 +138,7 @@ def tune(
         policy = {"threshold": threshold, "allow_tf32": allow_tf32,
                   "force_custom": mode == "force", "full_search": mode == "full"}
         result = run_tuning(problem, budget, database_url=settings.database_url,
-                            backends=backends.split(","), interpret=interpret,
+                            backends=chosen, interpret=interpret,
                             on_progress=show, settings=settings, policy=policy)
     _print_result(result)
     if json_out is not None:
@@ -141,10 +172,12 @@ def _print_result(result: Any) -> None:
                   f"{'verified interleaved' if decision.get('verified') else 'not re-measured'})")
         out.print(f"why: {decision['rationale']}")
         out.print(f"spent: {gpu_s}")
-        vs = decision.get("speedup_vs_cublas")
+        vs = decision.get("speedup_vs_cublas")  # over the kind's baseline (cuBLAS for GEMM)
+        baseline = decision.get("baseline") or "cublas"
         pick = decision.get(decision.get("chosen") or "library") or {}
-        if vs is not None and pick.get("backend") != "cublas":
-            out.print(f"speed-up over cuBLAS: {vs:.3f}x ({pick.get('backend')})")
+        if vs is not None and pick.get("backend") != baseline:
+            label = "cuBLAS" if baseline == "cublas" else baseline
+            out.print(f"speed-up over {label}: {vs:.3f}x ({pick.get('backend')})")
     elif lib and best:
         out.print(f"speed-up over cuBLAS: {lib['median_us'] / best['median_us']:.3f}x")
     progress = job.get("progress") or {}

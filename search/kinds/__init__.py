@@ -63,5 +63,5 @@ def load_plugins(modules: Iterable[str]) -> None:
 
 #: The kinds that ship with the service; each module registers its kind at import. Imported by
 #: name, like a plug-in: the kind modules import this package, not the other way round.
-BUILTIN = ("search.kinds.gemm",)
+BUILTIN = ("search.kinds.gemm", "search.kinds.attention")
 load_plugins(BUILTIN)

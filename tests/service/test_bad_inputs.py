@@ -28,7 +28,7 @@ BAD_JOBS: list[tuple[Any, str]] = [
     (problem(m=True), "m"), (problem(m=None), "m"), (problem(dtype="int4"), "dtype"),
     (problem(dtype=""), "dtype"), (problem(out_dtype="fp8_e4m3"), "out_dtype"),
     (problem(acc_dtype="fp16"), "acc_dtype"), (problem(layout_a="diag"), "layout_a"),
-    (problem(layout_b=1), "layout_b"), (problem(kind="attention"), "kind"),
+    (problem(layout_b=1), "layout_b"), (problem(kind="conv2d"), "kind"),
     (problem(M=64), "M"), (problem(dtype="fp16\x00"), "dtype"),
     (problem(m=2**31 - 1, n=2**31 - 1, k=2**31 - 1), "max_problem_bytes"),
     ({"problem": {"m": 64, "n": 64}}, "k"), ({}, "problem"), ({"problem": None}, "problem"),

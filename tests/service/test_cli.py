@@ -34,6 +34,20 @@ def test_tune_refuses_an_fp8_problem_breaking_a_rule_naming_the_option() -> None
     assert "--k" in ragged.output and "multiple of 16" in ragged.output
 
 
+def test_tune_refuses_an_impossible_attention_naming_the_option() -> None:
+    runner = CliRunner()
+    head = runner.invoke(app, ["tune", "--kind", "attention", "--d", "96"])
+    assert head.exit_code == 2
+    assert "--d" in head.output and "head dimension 96" in head.output
+    gqa = runner.invoke(app, ["tune", "--kind", "attention", "--heads", "6", "--kv-heads", "4"])
+    assert gqa.exit_code == 2
+    assert "--kv-heads" in gqa.output and "multiple of" in gqa.output
+    decode = runner.invoke(app, ["tune", "--kind", "attention", "--s-q", "64", "--backends",
+                                 "triton_decode"])
+    assert decode.exit_code == 2
+    assert "--backends" in decode.output and "short queries" in decode.output
+
+
 @pytest.mark.slow
 def test_tune_fp8_on_the_cpu_ends_with_the_library_and_says_why(tmp_path: Path) -> None:
     import torch
