@@ -115,7 +115,8 @@ class KernelKind:
 
 
 #: Registering function of each built-in kind ("module:function"), called on first lookup.
-BUILTIN: dict[str, str] = {"gemm": "kernel_templates.gemm.backends:register"}
+BUILTIN: dict[str, str] = {"gemm": "kernel_templates.gemm.backends:register",
+                           "attention": "kernel_templates.attention.backends:register"}
 KINDS: dict[str, KernelKind] = {}
 FACTORIES: dict[tuple[str, str], Factory] = {}
 _SUPPORTS: dict[tuple[str, str], SupportCheck] = {}

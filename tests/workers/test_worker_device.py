@@ -51,9 +51,10 @@ def test_cutlass_is_offered_on_sm90_with_nvcc_only(monkeypatch: pytest.MonkeyPat
 
 def test_interpreter_never_offers_cutlass() -> None:
     assert "cutlass" not in detect_device(interpret=True).backends
-    # today's interpreter worker: the GEMM library and custom backends, nothing declared
+    # today's interpreter worker: GEMM's and attention's library and custom backends, nothing
+    # declared
     device = detect_device(interpret=True)
-    assert device.backends == ("cublas", "triton")
+    assert device.backends == ("cublas", "sdpa_math", "triton", "triton_decode")
     assert catalogues(device) == {}
 
 
@@ -66,9 +67,11 @@ def test_offered_backends_follow_the_registry_hooks(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(kc, "toolchain", lambda *_a, **_k: None)
     monkeypatch.setattr(kc, "catalogue", lambda: Catalogue((), source="fake"))
     h100 = Device(gpu_model="H100", mode="cuda", cc="9.0")
-    assert offered_backends(h100) == ("cublas", "cutlass", "triton")
+    attention = ("flex", "sdpa_cudnn", "sdpa_efficient", "sdpa_flash", "sdpa_math",
+                 "triton_decode")
+    assert offered_backends(h100) == tuple(sorted(("cublas", "cutlass", "triton", *attention)))
     h100 = dataclasses.replace(h100, backends=offered_backends(h100))
     assert catalogues(h100) == {"gemm/cutlass": Catalogue((), source="fake").encode()}
     a100 = Device(gpu_model="A100", mode="cuda", cc="8.0")
-    assert offered_backends(a100) == ("cublas", "triton")
+    assert offered_backends(a100) == tuple(sorted(("cublas", "triton", *attention)))
     assert catalogues(dataclasses.replace(a100, backends=offered_backends(a100))) == {}

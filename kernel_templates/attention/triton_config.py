@@ -1,0 +1,142 @@
+"""The configurations of the Triton attention templates: their keys, the checks that complete
+and validate one before anything compiles (``check_flash_config``, ``check_decode_config``)
+and the static rules a config must meet on a device (``flash_violations``,
+``decode_violations``: shared memory, registers, tile shapes), so an impossible config is
+never compiled.
+
+Flash-attention forward (``triton.py``)::
+
+    BLOCK_M     16..256, power of two: query rows per program
+    BLOCK_N     16..256, power of two: keys per step of the inner loop
+    num_warps   1, 2, 4, 8 or 16
+    num_stages  1..6: software-pipelining depth of the K/V loads
+
+Split-KV decode (``decode.py``; problems with ``s_q <= DECODE_MAX_SQ``)::
+
+    NUM_SPLITS  1..MAX_SPLITS: programs sharing one key/value head's sequence
+    BLOCK_N     16..256, power of two
+    num_warps   1, 2, 4, 8 or 16
+    num_stages  optional, 1..6 (default 2)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernel_templates.errors import InvalidConfig
+from search.kinds.attention.spec import DTYPE_BYTES, AttentionProblem
+
+__all__ = ["DECODE_KEYS", "DECODE_MAX_SQ", "DECODE_OPTIONAL", "FLASH_KEYS", "MAX_SPLITS",
+           "check_decode_config", "check_flash_config", "decode_block_m", "decode_violations",
+           "flash_violations"]
+
+FLASH_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+DECODE_KEYS = ("NUM_SPLITS", "BLOCK_N", "num_warps")
+#: Optional decode keys and their defaults.
+DECODE_OPTIONAL: dict[str, int] = {"num_stages": 2}
+#: The longest query the decode template takes (its rows are packed into one tile).
+DECODE_MAX_SQ = 16
+MAX_SPLITS = 256
+_BLOCKS = (16, 32, 64, 128, 256)
+_WARPS = (1, 2, 4, 8, 16)
+_STAGES = range(1, 7)
+#: fp32 accumulator elements per thread beyond which a tile cannot stay in registers (255 per
+#: thread on NVIDIA GPUs, before any operand or address).
+_MAX_ACC_PER_THREAD = 255
+
+
+def _int(config: dict[str, Any], key: str, allowed: Any) -> int:
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
+        raise InvalidConfig(f"{key} must be one of {list(allowed)}, got {value!r}")
+    return value
+
+
+def _complete(config: dict[str, Any], keys: tuple[str, ...], optional: dict[str, int]
+              ) -> dict[str, Any]:
+    missing = [k for k in keys if k not in config]
+    if missing:
+        raise InvalidConfig(f"config lacks {missing}")
+    unknown = sorted(set(config) - set(keys) - set(optional))
+    if unknown:
+        raise InvalidConfig(f"unknown config keys {unknown}")
+    return {**optional, **config}
+
+
+def check_flash_config(config: dict[str, Any]) -> dict[str, int]:
+    """``config`` as ints, or ``InvalidConfig`` naming the missing, unknown or bad key."""
+    cfg = _complete(dict(config), FLASH_KEYS, {})
+    return {"BLOCK_M": _int(cfg, "BLOCK_M", _BLOCKS), "BLOCK_N": _int(cfg, "BLOCK_N", _BLOCKS),
+            "num_warps": _int(cfg, "num_warps", _WARPS),
+            "num_stages": _int(cfg, "num_stages", _STAGES)}
+
+
+def check_decode_config(config: dict[str, Any]) -> dict[str, int]:
+    """``config`` complete (``num_stages`` defaulted) as ints, or ``InvalidConfig``."""
+    cfg = _complete(dict(config), DECODE_KEYS, DECODE_OPTIONAL)
+    return {"NUM_SPLITS": _int(cfg, "NUM_SPLITS", range(1, MAX_SPLITS + 1)),
+            "BLOCK_N": _int(cfg, "BLOCK_N", _BLOCKS),
+            "num_warps": _int(cfg, "num_warps", _WARPS),
+            "num_stages": _int(cfg, "num_stages", _STAGES)}
+
+
+def decode_block_m(problem: AttentionProblem) -> int:
+    """Rows of the decode template's tile: one key/value head's query heads times ``s_q``,
+    rounded up to a power of two of at least 16 (``tl.dot``'s minimum)."""
+    rows = problem.group * problem.s_q
+    return max(16, 1 << (rows - 1).bit_length())
+
+
+def _smem_rule(need: int, smem: int) -> list[str]:
+    if need > smem:
+        return [f"needs about {need} B of shared memory per block, the device has {smem}"]
+    return []
+
+
+def _register_rule(acc: int, warps: int, mode: str) -> list[str]:
+    per_thread = acc // (32 * warps)
+    if mode == "cuda" and per_thread > _MAX_ACC_PER_THREAD:
+        return [f"{per_thread} fp32 accumulator values per thread exceed the "
+                f"{_MAX_ACC_PER_THREAD}-register file (more num_warps or smaller tiles)"]
+    return []
+
+
+def flash_violations(problem: AttentionProblem, config: dict[str, Any], mode: str,
+                     smem_per_block: int) -> list[str]:
+    """The rules the flash template's ``config`` breaks for ``problem`` on a device of ``mode``
+    with ``smem_per_block`` bytes (limits from ``search.limits.limits_for``)."""
+    from search.limits import limits_for
+
+    try:
+        cfg = check_flash_config(config)
+    except InvalidConfig as exc:
+        return [str(exc)]
+    bm, bn, d, e = cfg["BLOCK_M"], cfg["BLOCK_N"], problem.d, DTYPE_BYTES[problem.dtype]
+    # Q's tile, num_stages buffers of K and V tiles, and P staged for the second product.
+    need = e * (bm * d + cfg["num_stages"] * 2 * bn * d + bm * bn)
+    reasons = _smem_rule(need, limits_for(mode, smem_per_block).smem_per_block)
+    # the output accumulator [BLOCK_M, d] and the scores [BLOCK_M, BLOCK_N] live in registers
+    reasons += _register_rule(bm * d + bm * bn, cfg["num_warps"], mode)
+    return reasons
+
+
+def decode_violations(problem: AttentionProblem, config: dict[str, Any], mode: str,
+                      smem_per_block: int) -> list[str]:
+    """The rules the decode template's ``config`` breaks for ``problem`` on a device."""
+    from search.limits import limits_for
+
+    if problem.s_q > DECODE_MAX_SQ:
+        return [f"the decode template takes s_q <= {DECODE_MAX_SQ}, got {problem.s_q}"]
+    try:
+        cfg = check_decode_config(config)
+    except InvalidConfig as exc:
+        return [str(exc)]
+    bm, bn, d, e = decode_block_m(problem), cfg["BLOCK_N"], problem.d, DTYPE_BYTES[problem.dtype]
+    need = e * (bm * d + cfg["num_stages"] * 2 * bn * d + bm * bn)
+    reasons = _smem_rule(need, limits_for(mode, smem_per_block).smem_per_block)
+    reasons += _register_rule(bm * d + bm * bn, cfg["num_warps"], mode)
+    blocks = -(-problem.s_kv // bn)
+    if cfg["NUM_SPLITS"] > blocks:
+        reasons.append(f"NUM_SPLITS={cfg['NUM_SPLITS']} exceeds the {blocks} key blocks of "
+                       f"BLOCK_N={bn}: some splits would get no key")
+    return reasons
