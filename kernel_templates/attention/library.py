@@ -125,7 +125,12 @@ def _probe(backend: str, inputs: AttentionInputs, mask: Any, is_causal: bool, gq
         warnings.simplefilter("always")
         ok = probe(params, True)  # debug: the reasons come as warnings
     if not ok:
-        reasons = "; ".join(str(w.message) for w in caught) or "no reason given"
+        # torch prints its reasons from C++ (stderr), which Python cannot always catch: say
+        # what the tensors ask that the fused backends are known to refuse
+        asked = [what for what, on in (("grouped-query heads (enable_gqa)", gqa),
+                                       ("an explicit mask", mask is not None)) if on]
+        reasons = "; ".join(str(w.message) for w in caught) or (
+            f"torch's can_use check said no for {', '.join(asked) or 'these tensors'}")
         raise Unsupported(f"{backend} refuses this problem: {reasons}")
 
 
