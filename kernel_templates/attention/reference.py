@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from kernel_templates.accuracy import rel_error
 from kernel_templates.attention.inputs import AttentionInputs
 from search.kinds.attention.spec import AttentionProblem
 
@@ -77,19 +78,6 @@ def reference(problem: AttentionProblem, inputs: AttentionInputs) -> torch.Tenso
                 total = torch.where(total > 0, total, torch.ones_like(total))
                 out[b, :, i0:i1] = torch.matmul(p, vb) / total
     return out
-
-
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """``‖out − ref‖_F / ‖ref‖_F`` in float64; ``inf`` when ``out`` holds a NaN or an infinity
-    (an unwritten element of the NaN-poisoned output shows up here)."""
-    diff = out.to(torch.float64) - ref.to(torch.float64)
-    if not bool(torch.isfinite(diff).all()):
-        return math.inf
-    denom = float(torch.linalg.vector_norm(ref.to(torch.float64)))
-    num = float(torch.linalg.vector_norm(diff))
-    if denom == 0.0:
-        return 0.0 if num == 0.0 else math.inf
-    return num / denom
 
 
 def tolerance(problem: AttentionProblem, config: dict[str, Any] | None = None) -> float:

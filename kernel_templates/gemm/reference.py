@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from kernel_templates.accuracy import rel_error
 from kernel_templates.gemm.inputs import GemmInputs
 from search.kinds.gemm.spec import GemmProblem
 
@@ -55,19 +56,6 @@ def reference_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | N
 def reference_for(inputs: GemmInputs) -> torch.Tensor:
     """The float64 product an input set's kernel must produce (its scales applied)."""
     return reference_matmul(inputs.a, inputs.b, inputs.scale_a, inputs.scale_b)
-
-
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """‖out − ref‖_F / ‖ref‖_F in float64; ``inf`` when ``out`` holds a NaN or an infinity
-    (an unwritten element of a NaN-poisoned buffer shows up here)."""
-    diff = out.to(torch.float64) - ref.to(torch.float64)
-    if not bool(torch.isfinite(diff).all()):
-        return math.inf
-    denom = float(torch.linalg.vector_norm(ref.to(torch.float64)))
-    num = float(torch.linalg.vector_norm(diff))
-    if denom == 0.0:
-        return 0.0 if num == 0.0 else math.inf
-    return num / denom
 
 
 def tolerance(problem: GemmProblem) -> float:
