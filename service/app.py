@@ -6,6 +6,7 @@ field and the rule; nothing a client sends should produce a 500.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DataError
 
 from db.engine import Database
@@ -23,6 +24,7 @@ from db.migrate import upgrade
 from search import kinds
 from service.errors import ServiceError
 from service.flow import Clock, Flow, utcnow
+from service.limits import BodyLimit
 from service.routes import best, calibrations, jobs, problems, workers
 from service.settings import ServiceSettings, get_settings
 from service.tuning import TunerFactory, TunerPool, optuna_tuner
@@ -58,10 +60,13 @@ def create_app(settings: ServiceSettings | None = None, *,
         return JSONResponse(status_code=exc.status_code, content={"detail": exc.detail()})
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        # FastAPI's own handler echoes the input back and fails on NaN/Infinity (a 500).
-        return JSONResponse(status_code=422,
-                            content={"detail": _json_safe(jsonable_encoder(exc.errors()))})
+    async def _invalid(_request: Request, exc: RequestValidationError) -> Response:
+        # FastAPI's own handler echoes the input back (a large body comes back whole) and
+        # fails on NaN/Infinity; a lone surrogate in a string fails UTF-8 encoding. Each
+        # error keeps where and why, and the JSON is ASCII (surrogates escaped): never a 500.
+        errors = [{k: e[k] for k in ("loc", "msg", "type") if k in e} for e in exc.errors()]
+        body = json.dumps({"detail": _json_safe(jsonable_encoder(errors))}, ensure_ascii=True)
+        return Response(body, status_code=422, media_type="application/json")
 
     @app.exception_handler(DataError)
     async def _data_error(_request: Request, exc: DataError) -> JSONResponse:
@@ -76,6 +81,7 @@ def create_app(settings: ServiceSettings | None = None, *,
 
     for module in (jobs, best, problems, calibrations, workers):
         app.include_router(module.router)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
 
 

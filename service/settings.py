@@ -27,6 +27,9 @@ class ServiceSettings(BaseSettings):
     worker_token: str | None = Field(
         None, description="if set, worker endpoints require 'Authorization: Bearer <token>'")
     max_problem_bytes: int = Field(64 << 30, ge=1, description="operand bytes a job may need")
+    max_body_bytes: int = Field(
+        8 << 20, ge=1024, description="largest request body (a worker's CUTLASS catalogue is "
+        "about 0.6 MB); larger ones are a 413")
     default_max_trials: int = Field(64, ge=1, le=10_000)
     migrate_on_startup: bool = Field(True, description="run 'alembic upgrade head' at startup")
     plugins: str = Field(
