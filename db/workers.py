@@ -37,10 +37,13 @@ def get_worker(session: Session, worker_id: int) -> WorkerRecord | None:
     return WorkerRecord.of(row) if row is not None else None
 
 
-def latest_of_model(session: Session, gpu_model: str) -> WorkerRecord | None:
-    """The most recently seen worker of a GPU model (its device stands for the model)."""
-    row = session.scalars(select(WorkerRow).where(WorkerRow.gpu_model == gpu_model)
-                          .order_by(WorkerRow.last_seen.desc()).limit(1)).first()
+def latest_of_model(session: Session, gpu_model: str | None) -> WorkerRecord | None:
+    """The most recently seen worker of a GPU model (its device stands for the model); of any
+    model when ``gpu_model`` is None."""
+    stmt = select(WorkerRow)
+    if gpu_model is not None:
+        stmt = stmt.where(WorkerRow.gpu_model == gpu_model)
+    row = session.scalars(stmt.order_by(WorkerRow.last_seen.desc()).limit(1)).first()
     return WorkerRecord.of(row) if row is not None else None
 
 

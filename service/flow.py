@@ -59,6 +59,8 @@ class JobState:
     custom_best: MeasurementRecord | None
     now: datetime
     decision: DecisionRecord | None = None
+    #: why a queued job has not started (no worker of its GPU model, or none seen lately)
+    waiting: str | None = None
 
 
 @dataclass(frozen=True)
@@ -301,7 +303,24 @@ class Flow:
             s, decision, measurements.job_best(s, job_id),
             measurements.job_best(s, job_id, kind.library_backends))
         return JobState(job, cands.job_counts(s, job_id, kind.library_tier), best, library,
-                        measurements.job_best(s, job_id, kind.custom_backends), now, decision)
+                        measurements.job_best(s, job_id, kind.custom_backends), now, decision,
+                        self._waiting(s, job, now))
+
+    def _waiting(self, s: Session, job: JobRecord, now: datetime) -> str | None:
+        """Why a queued job waits: no worker of its target GPU model (or none at all) has
+        registered, or none has been seen within a lease."""
+        if job.status != JobStatus.QUEUED:
+            return None
+        model = job.target_gpu
+        who = f"GPU model {model!r}" if model else "any GPU model"
+        worker = workers.latest_of_model(s, model)
+        if worker is None:
+            return f"no worker of {who} has registered: start one (kernelsearch worker)"
+        quiet = (now - worker.last_seen).total_seconds()
+        if quiet > self.settings.lease_seconds:
+            return (f"no worker of {who} has been seen for {quiet:.0f} s (the last was "
+                    f"{worker.name!r})")
+        return None
 
     def _fits(self, job: JobRecord, device: Device) -> bool:
         allowed = job.bound_backends if job.bound_backends is not None else job.backends

@@ -202,6 +202,9 @@ class JobOut(BaseModel):
                                                 "cutlass (its search), custom, verify, "
                                                 "decided")
     decision: DecisionOut | None = None
+    waiting: str | None = Field(None, description="why a queued job has not started: no "
+                                                  "worker of its GPU model registered, or "
+                                                  "none seen within a lease")
 
 
 class DecisionOut(BaseModel):

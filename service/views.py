@@ -49,7 +49,8 @@ def job_out(state: JobState) -> JobOut:
                              elapsed_s=elapsed, outstanding=counts.outstanding),
         best=best, library_best=library, custom_best=measurement_out(state.custom_best, problem),
         speedup=speedup, error=job.error, policy=job.policy, stage=job.stage,
-        decision=decision_out(state.decision) if state.decision else None)
+        decision=decision_out(state.decision) if state.decision else None,
+        waiting=state.waiting)
 
 
 def decision_out(d: DecisionRecord) -> DecisionOut:

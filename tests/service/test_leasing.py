@@ -186,3 +186,17 @@ def test_worker_token(make_app: Any, database_url: str) -> None:
         good = {"Authorization": "Bearer s3cret"}
         assert http.post("/v1/workers/register", json=body, headers=good).status_code == 200
         assert http.get("/v1/jobs").status_code == 200  # user endpoints stay open
+
+
+def test_a_queued_job_says_why_it_waits(client: TestClient, driver: Any, clock: Any) -> None:
+    """A job for a GPU model no worker has registered says so, instead of staying queued
+    with no word; once such a worker registers the reason goes, and it comes back when that
+    worker has not been seen for a lease."""
+    job = driver.submit(gpu="H200-nowhere")
+    assert job["status"] == "queued"
+    assert "no worker of GPU model 'H200-nowhere' has registered" in job["waiting"]
+    driver.register(name="h200", gpu="H200-nowhere")
+    assert driver.job(job["id"])["waiting"] is None
+    clock.advance(61)  # lease_seconds is 60 in these tests
+    waiting = driver.job(job["id"])["waiting"]
+    assert waiting is not None and "has been seen for 61 s" in waiting and "'h200'" in waiting
