@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernel_templates.configs import check_keys
 from kernel_templates.errors import InvalidConfig
 from search.kinds.attention.spec import DTYPE_BYTES, AttentionProblem
 
@@ -54,12 +55,7 @@ def _int(config: dict[str, Any], key: str, allowed: Any) -> int:
 
 def _complete(config: dict[str, Any], keys: tuple[str, ...], optional: dict[str, int]
               ) -> dict[str, Any]:
-    missing = [k for k in keys if k not in config]
-    if missing:
-        raise InvalidConfig(f"config lacks {missing}")
-    unknown = sorted(set(config) - set(keys) - set(optional))
-    if unknown:
-        raise InvalidConfig(f"unknown config keys {unknown}")
+    check_keys(config, keys, optional)
     return {**optional, **config}
 
 

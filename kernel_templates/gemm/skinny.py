@@ -68,6 +68,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernel_templates.configs import check_keys, check_powers_of_two
 from kernel_templates.errors import InvalidConfig, Unsupported
 from kernel_templates.gemm.host import (
     DTYPES,
@@ -318,17 +319,9 @@ def _buffer(cache_: dict[torch.device, torch.Tensor], device: torch.device, nume
 
 def check_skinny_config(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` normalised (ints, ``MODE`` and ``TMA`` filled in), or ``InvalidConfig``."""
-    missing = [k for k in CONFIG_KEYS if k not in config]
-    if missing:
-        raise InvalidConfig(f"config lacks {missing}")
-    unknown = sorted(set(config) - set(CONFIG_KEYS) - set(OPTIONAL_KEYS))
-    if unknown:
-        raise InvalidConfig(f"unknown config keys {unknown}")
+    check_keys(config, CONFIG_KEYS, OPTIONAL_KEYS)
     cfg: dict[str, Any] = {k: int(config[k]) for k in CONFIG_KEYS}
-    for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps"):
-        v = cfg[k]
-        if v <= 0 or v & (v - 1):
-            raise InvalidConfig(f"{k}={v} is not a power of two")
+    check_powers_of_two(cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps"))
     if min(cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) < 16:
         raise InvalidConfig("tl.dot needs BLOCK_M, BLOCK_N and BLOCK_K of at least 16")
     if cfg["num_stages"] < 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernel_templates.configs import check_keys, check_powers_of_two
 from kernel_templates.errors import InvalidConfig
 from search.kinds.gemm.triton_space import SPLITK_MODES, complete
 
@@ -46,17 +47,9 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     ``search.kinds.gemm.triton_space.complete``) with ints as ints, or ``InvalidConfig`` when a
     required key is missing, a key is unknown or a value cannot run. Rules that need the
     operands (dtype, device, alignment) are checked by ``matmul``."""
-    missing = [k for k in CONFIG_KEYS if k not in config]
-    if missing:
-        raise InvalidConfig(f"config lacks {missing}")
-    unknown = sorted(set(config) - set(CONFIG_KEYS) - set(OPTIONAL_KEYS))
-    if unknown:
-        raise InvalidConfig(f"unknown config keys {unknown}")
+    check_keys(config, CONFIG_KEYS, OPTIONAL_KEYS)
     cfg: dict[str, Any] = {k: int(config[k]) for k in CONFIG_KEYS}
-    for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps"):
-        v = cfg[k]
-        if v <= 0 or v & (v - 1):
-            raise InvalidConfig(f"{k}={v} is not a power of two")
+    check_powers_of_two(cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps"))
     if cfg["BLOCK_K"] < 16 or cfg["BLOCK_M"] < 16 or cfg["BLOCK_N"] < 16:
         raise InvalidConfig("tl.dot needs BLOCK_M, BLOCK_N and BLOCK_K of at least 16")
     if cfg["GROUP_M"] < 1 or cfg["num_stages"] < 1:
