@@ -9,8 +9,9 @@ each key/value block is loaded once for all of them, and the key length is cut i
 ``(NUM_SPLITS, batch * kv_heads)``. Each program runs the flash template's online softmax
 (fp32, base 2) over its chunk and writes its partial (running max, sum and unnormalised
 output) to an fp32 workspace; a second small kernel combines the splits per row in a fixed
-order and writes the output. The causal mask (bottom-right) is applied per row; blocks beyond
-the causal diagonal of the first query are the only masked ones.
+order and writes the output; with one split the program writes the output itself (one launch,
+no workspace traffic). The causal mask (bottom-right) is applied per row; blocks beyond the
+causal diagonal of the first query are the only masked ones.
 
 The workspace is allocated with the launcher (``DecodeWorkspace``), outside the timed call.
 Configuration keys: ``triton_config.DECODE_KEYS`` (``NUM_SPLITS``, ``BLOCK_N``, ``num_warps``;
@@ -35,11 +36,12 @@ __all__ = ["DecodeWorkspace", "decode_attention", "split_chunk"]
 
 
 @triton.jit
-def _decode_split_kernel(Q, K, V, M_ws, L_ws, A_ws, qk_scale, stride_qb, stride_qh, stride_qm,
-                         stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
-                         KVH, GROUP, S_Q, S_KV, CHUNK, NUM_SPLITS, D: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                         PRECISION: tl.constexpr):
+def _decode_split_kernel(Q, K, V, M_ws, L_ws, A_ws, Out, qk_scale, stride_qb, stride_qh,
+                         stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh,
+                         stride_vn, stride_ob, stride_oh, stride_om, KVH, GROUP, S_Q, S_KV, CHUNK,
+                         NUM_SPLITS, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+                         DIRECT: tl.constexpr):
     split = tl.program_id(0)
     bkv = tl.program_id(1)
     b = bkv // KVH
@@ -68,14 +70,21 @@ def _decode_split_kernel(Q, K, V, M_ws, L_ws, A_ws, qk_scale, stride_qb, stride_
     acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
     acc, l_i, m_i = softmax_steps(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, query,
                                   start, full_end, S_KV, offset, qk_scale, D, BLOCK_N, False,
-                                  CAUSAL, PRECISION)
+                                  CAUSAL, PRECISION, False)
     acc, l_i, m_i = softmax_steps(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, query,
                                   full_end, end, S_KV, offset, qk_scale, D, BLOCK_N, True, CAUSAL,
-                                  PRECISION)
-    ws = bkv * NUM_SPLITS + split
-    tl.store(M_ws + ws * BLOCK_M + rows, m_i)
-    tl.store(L_ws + ws * BLOCK_M + rows, l_i)
-    tl.store(A_ws + (ws * BLOCK_M + rows[:, None]) * D + offs_d[None, :], acc)
+                                  PRECISION, False)
+    if DIRECT:
+        # one split: this program saw every key of its rows, so it writes the output itself
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a query that sees no key: zeros
+        o_ptrs = (Out + b * stride_ob + head[:, None] * stride_oh + query[:, None] * stride_om
+                  + offs_d[None, :])
+        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=valid[:, None])
+    else:
+        ws = bkv * NUM_SPLITS + split
+        tl.store(M_ws + ws * BLOCK_M + rows, m_i)
+        tl.store(L_ws + ws * BLOCK_M + rows, l_i)
+        tl.store(A_ws + (ws * BLOCK_M + rows[:, None]) * D + offs_d[None, :], acc)
 
 
 @triton.jit
@@ -154,15 +163,19 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: tor
     kv_heads = int(problem.kv_heads or problem.heads)
     block_m = decode_block_m(problem)
     grid = (splits, problem.batch * kv_heads)
+    direct = splits == 1
     _decode_split_kernel[grid](
-        q, k, v, workspace.m, workspace.total, workspace.acc, float(problem.scale) * LOG2E,
+        q, k, v, workspace.m, workspace.total, workspace.acc, out, float(problem.scale) * LOG2E,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), kv_heads, problem.group, problem.s_q,
-        problem.s_kv, split_chunk(problem.s_kv, splits, block_n), splits,
+        v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
+        kv_heads, problem.group, problem.s_q, problem.s_kv,
+        split_chunk(problem.s_kv, splits, block_n), splits,
         D=problem.d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=problem.causal,
-        PRECISION=precision(q.dtype), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    _decode_combine_kernel[(problem.batch * kv_heads,)](
-        workspace.m, workspace.total, workspace.acc, out, out.stride(0), out.stride(1),
-        out.stride(2), kv_heads, problem.group, problem.s_q, splits, D=problem.d,
-        BLOCK_M=block_m, num_warps=4)
+        PRECISION=precision(q.dtype), DIRECT=direct, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"])
+    if not direct:
+        _decode_combine_kernel[(problem.batch * kv_heads,)](
+            workspace.m, workspace.total, workspace.acc, out, out.stride(0), out.stride(1),
+            out.stride(2), kv_heads, problem.group, problem.s_q, splits, D=problem.d,
+            BLOCK_M=block_m, num_warps=4)
     return out

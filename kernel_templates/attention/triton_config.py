@@ -10,6 +10,10 @@ Flash-attention forward (``triton.py``)::
     BLOCK_N     16..256, power of two: keys per step of the inner loop
     num_warps   1, 2, 4, 8 or 16
     num_stages  1..6: software-pipelining depth of the K/V loads
+    TMA         optional 0/1 (default 0): tensor-descriptor (TMA) loads and stores; needs
+                s_q % BLOCK_M == 0, s_kv % BLOCK_N == 0 and a CUDA device
+    WS          optional 0/1 (default 0): warp-specialised key loop (CUDA)
+    PERSISTENT  optional 0/1 (default 0): one program per SM walking the tiles
 
 Split-KV decode (``decode.py``; problems with ``s_q <= DECODE_MAX_SQ``)::
 
@@ -25,13 +29,16 @@ from typing import Any
 
 from kernel_templates.configs import check_keys
 from kernel_templates.errors import InvalidConfig
-from search.kinds.attention.spec import DTYPE_BYTES, AttentionProblem
+from search.kinds.attention.spec import AttentionProblem
 
-__all__ = ["DECODE_KEYS", "DECODE_MAX_SQ", "DECODE_OPTIONAL", "FLASH_KEYS", "MAX_SPLITS",
+__all__ = ["DECODE_KEYS", "DECODE_MAX_SQ", "DECODE_OPTIONAL", "FLASH_KEYS", "FLASH_OPTIONAL",
+           "MAX_SPLITS",
            "check_decode_config", "check_flash_config", "decode_block_m", "decode_violations",
            "flash_violations"]
 
 FLASH_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+#: Optional flash keys (the Hopper options) and their defaults.
+FLASH_OPTIONAL: dict[str, int] = {"TMA": 0, "WS": 0, "PERSISTENT": 0}
 DECODE_KEYS = ("NUM_SPLITS", "BLOCK_N", "num_warps")
 #: Optional decode keys and their defaults.
 DECODE_OPTIONAL: dict[str, int] = {"num_stages": 2}
@@ -41,9 +48,6 @@ MAX_SPLITS = 256
 _BLOCKS = (16, 32, 64, 128, 256)
 _WARPS = (1, 2, 4, 8, 16)
 _STAGES = range(1, 7)
-#: fp32 accumulator elements per thread beyond which a tile cannot stay in registers (255 per
-#: thread on NVIDIA GPUs, before any operand or address).
-_MAX_ACC_PER_THREAD = 255
 
 
 def _int(config: dict[str, Any], key: str, allowed: Any) -> int:
@@ -59,12 +63,23 @@ def _complete(config: dict[str, Any], keys: tuple[str, ...], optional: dict[str,
     return {**optional, **config}
 
 
-def check_flash_config(config: dict[str, Any]) -> dict[str, int]:
-    """``config`` as ints, or ``InvalidConfig`` naming the missing, unknown or bad key."""
-    cfg = _complete(dict(config), FLASH_KEYS, {})
-    return {"BLOCK_M": _int(cfg, "BLOCK_M", _BLOCKS), "BLOCK_N": _int(cfg, "BLOCK_N", _BLOCKS),
-            "num_warps": _int(cfg, "num_warps", _WARPS),
-            "num_stages": _int(cfg, "num_stages", _STAGES)}
+def check_flash_config(config: dict[str, Any], problem: AttentionProblem | None = None
+                       ) -> dict[str, int]:
+    """``config`` complete (the Hopper options defaulted to 0) as ints, or ``InvalidConfig``
+    naming the missing, unknown or bad key; with ``problem``, also the rule ``TMA`` puts on
+    the sequence lengths."""
+    cfg = _complete(dict(config), FLASH_KEYS, FLASH_OPTIONAL)
+    out = {"BLOCK_M": _int(cfg, "BLOCK_M", _BLOCKS), "BLOCK_N": _int(cfg, "BLOCK_N", _BLOCKS),
+           "num_warps": _int(cfg, "num_warps", _WARPS),
+           "num_stages": _int(cfg, "num_stages", _STAGES),
+           **{k: _int(cfg, k, (0, 1)) for k in FLASH_OPTIONAL}}
+    if problem is not None and out["TMA"]:
+        from search.kinds.attention.constraints import tma_tiling
+
+        reason = tma_tiling(problem, out["BLOCK_M"], out["BLOCK_N"])
+        if reason:
+            raise InvalidConfig(reason)
+    return out
 
 
 def check_decode_config(config: dict[str, Any]) -> dict[str, int]:
@@ -83,56 +98,39 @@ def decode_block_m(problem: AttentionProblem) -> int:
     return max(16, 1 << (rows - 1).bit_length())
 
 
-def _smem_rule(need: int, smem: int) -> list[str]:
-    if need > smem:
-        return [f"needs about {need} B of shared memory per block, the device has {smem}"]
-    return []
+def _rules(problem: AttentionProblem, config: dict[str, Any], tier: str, mode: str,
+           smem_per_block: int) -> list[str]:
+    """The search's static rules (``search.kinds.attention.constraints``), one source for both
+    sides, under the limits of a device of ``mode`` with ``smem_per_block`` bytes."""
+    from search.kinds.attention.constraints import violations
+    from search.limits import limits_for
 
-
-def _register_rule(acc: int, warps: int, mode: str) -> list[str]:
-    per_thread = acc // (32 * warps)
-    if mode == "cuda" and per_thread > _MAX_ACC_PER_THREAD:
-        return [f"{per_thread} fp32 accumulator values per thread exceed the "
-                f"{_MAX_ACC_PER_THREAD}-register file (more num_warps or smaller tiles)"]
-    return []
+    return violations(problem, config, tier, limits_for(mode, smem_per_block), mode=mode)
 
 
 def flash_violations(problem: AttentionProblem, config: dict[str, Any], mode: str,
                      smem_per_block: int) -> list[str]:
     """The rules the flash template's ``config`` breaks for ``problem`` on a device of ``mode``
-    with ``smem_per_block`` bytes (limits from ``search.limits.limits_for``)."""
-    from search.limits import limits_for
-
+    with ``smem_per_block`` bytes."""
     try:
-        cfg = check_flash_config(config)
+        cfg = check_flash_config(config, problem)
     except InvalidConfig as exc:
         return [str(exc)]
-    bm, bn, d, e = cfg["BLOCK_M"], cfg["BLOCK_N"], problem.d, DTYPE_BYTES[problem.dtype]
-    # Q's tile, num_stages buffers of K and V tiles, and P staged for the second product.
-    need = e * (bm * d + cfg["num_stages"] * 2 * bn * d + bm * bn)
-    reasons = _smem_rule(need, limits_for(mode, smem_per_block).smem_per_block)
-    # the output accumulator [BLOCK_M, d] and the scores [BLOCK_M, BLOCK_N] live in registers
-    reasons += _register_rule(bm * d + bm * bn, cfg["num_warps"], mode)
-    return reasons
+    return _rules(problem, cfg, "flash", mode, smem_per_block)
 
 
 def decode_violations(problem: AttentionProblem, config: dict[str, Any], mode: str,
                       smem_per_block: int) -> list[str]:
     """The rules the decode template's ``config`` breaks for ``problem`` on a device."""
-    from search.limits import limits_for
-
     if problem.s_q > DECODE_MAX_SQ:
         return [f"the decode template takes s_q <= {DECODE_MAX_SQ}, got {problem.s_q}"]
     try:
         cfg = check_decode_config(config)
     except InvalidConfig as exc:
         return [str(exc)]
-    bm, bn, d, e = decode_block_m(problem), cfg["BLOCK_N"], problem.d, DTYPE_BYTES[problem.dtype]
-    need = e * (bm * d + cfg["num_stages"] * 2 * bn * d + bm * bn)
-    reasons = _smem_rule(need, limits_for(mode, smem_per_block).smem_per_block)
-    reasons += _register_rule(bm * d + bm * bn, cfg["num_warps"], mode)
-    blocks = -(-problem.s_kv // bn)
+    reasons = _rules(problem, cfg, "decode", mode, smem_per_block)
+    blocks = -(-problem.s_kv // cfg["BLOCK_N"])
     if cfg["NUM_SPLITS"] > blocks:
         reasons.append(f"NUM_SPLITS={cfg['NUM_SPLITS']} exceeds the {blocks} key blocks of "
-                       f"BLOCK_N={bn}: some splits would get no key")
+                       f"BLOCK_N={cfg['BLOCK_N']}: some splits would get no key")
     return reasons

@@ -8,8 +8,13 @@ measurement (every SDPA backend that accepts the problem, and FlexAttention), th
 (Triton) kernel, what the decision serves, TFLOP/s (GB/s where the roofline is memory-bound),
 the verdict, trials and wall seconds. One database for the run: the GPU is calibrated once.
 
+Where the library is sufficient the job ends before any custom trial (verdict 1), and the
+table would say nothing of the templates there: for each such shape a second job with
+``force_custom`` and ``--forced-trials`` custom trials measures them (the "forced Triton"
+columns; its verdict is not the service's answer, the first job's is).
+
     python -m scripts.bench attention --shapes ../shared/bench/attention_public.json \
-        --out /tmp/attn [--only 0,5] [--trials 64]
+        --out /tmp/attn [--only 0,5] [--trials 64] [--forced-trials 16]
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="custom-trial budget (default: the service's)")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per job")
+    ap.add_argument("--forced-trials", type=int, default=16,
+                    help="custom trials of the force_custom job run where verdict 1 ended the "
+                         "first before any custom trial (0: none)")
 
 
 def _problem(shape: dict[str, Any], dtype: str) -> dict[str, Any]:
@@ -78,7 +86,8 @@ def _row(problem: dict[str, Any], job: dict[str, Any], wall_s: float) -> dict[st
 def _table(rows: list[dict[str, Any]]) -> str:
     backends = sorted({b for r in rows for b in r["library_us"]})
     head = (["shape", "bound"] + [f"{b} us" for b in backends]
-            + ["best Triton us", "served", "served rate", "verdict", "trials", "GPU-s", "wall s"])
+            + ["best Triton us", "Triton rate", "served", "served rate", "verdict", "trials",
+               "GPU-s", "wall s"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def f(x: float | None, fmt: str = "{:.1f}") -> str:
@@ -89,8 +98,14 @@ def _table(rows: list[dict[str, Any]]) -> str:
         shape = (f"b{p['batch']} h{p['heads']}/{p.get('kv_heads', p['heads'])} "
                  f"s{p['s_q']}x{p['s_kv']} d{p['d']}{' causal' if p.get('causal') else ''}")
         unit = "GB/s" if r["bound"] == "memory" else "TFLOP/s"
+        forced = r.get("forced") or {}
+        triton_us = r["triton_us"] if r["triton_us"] is not None else forced.get("triton_us")
+        triton_rate = (r["triton_rate"] if r["triton_us"] is not None
+                       else forced.get("triton_rate"))
+        mark = " (forced)" if r["triton_us"] is None and triton_us is not None else ""
         cells = ([shape, str(r["bound"])] + [f(r["library_us"].get(b)) for b in backends]
-                 + [f(r["triton_us"]), str(r["served_backend"]),
+                 + [f(triton_us) + mark, f"{f(triton_rate, '{:.0f}')} {unit}",
+                    str(r["served_backend"]),
                     f"{f(r['served_rate'], '{:.0f}')} {unit}", str(r["verdict"]),
                     str(r["custom_trials"]), f(r["gpu_s"]), f(r["wall_s"])])
         lines.append("| " + " | ".join(cells) + " |")
@@ -115,7 +130,16 @@ def run(args: argparse.Namespace) -> int:
             job = cluster.client.submit_job(problem, budget=budget,
                                             gpu=cluster.device.gpu_model)
             job = cluster.wait(job["id"], poll_s=0.5, timeout_s=args.timeout + 60)
-            rows.append(_row(problem, job, time.monotonic() - started))
+            row = _row(problem, job, time.monotonic() - started)
+            if row["triton_us"] is None and args.forced_trials > 0:
+                started = time.monotonic()
+                forced = cluster.client.submit_job(
+                    problem, budget={"max_trials": args.forced_trials,
+                                     "max_seconds": args.timeout},
+                    gpu=cluster.device.gpu_model, policy={"force_custom": True})
+                forced = cluster.wait(forced["id"], poll_s=0.5, timeout_s=args.timeout + 60)
+                row["forced"] = _row(problem, forced, time.monotonic() - started)
+            rows.append(row)
             print(_table(rows[-1:]), flush=True)
         gpu = cluster.device.gpu_model
     report = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "gpu": gpu,

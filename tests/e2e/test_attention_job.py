@@ -33,7 +33,9 @@ def test_attention_job_end_to_end(database_url: str) -> None:
     decision = job["decision"]
     assert decision["verdict"] in ("custom_wins", "library_wins_after_search")
     assert decision["baseline"] == "sdpa_cudnn" and decision["speedup_vs_cublas"] is None
-    assert decision["attainable_us"] > 0 and decision["spend"]["custom"]["trials"] == 2
+    assert decision["spend"]["custom"]["trials"] == 2
+    assert decision["attainable_us"] is None  # the CPU's calibration is no roofline
+    assert "torch CPU math SDPA takes" in decision["rationale"]
     assert any(t["tier"] == "decode" and "s_q=32 > 16" in t["reason"]
                for t in decision["tiers"])
     best = result.best

@@ -114,6 +114,28 @@ def test_triton_tiles_and_grouped_heads(config: dict[str, Any], causal: bool,
     assert err <= tol / 5, (config, err)
 
 
+@pytest.mark.parametrize("options", [{"TMA": 1}, {"PERSISTENT": 1}, {"TMA": 1, "PERSISTENT": 1}])
+@pytest.mark.parametrize("causal", [False, True])
+def test_triton_hopper_options(options: dict[str, int], causal: bool, device: str) -> None:
+    """Tensor descriptors over the flattened heads and the persistent tile walk (the heaviest
+    causal blocks first) compute the same attention, with grouped heads and s_q != s_kv."""
+    p = problem(s_q=48, s_kv=64, causal=causal, heads=4, kv_heads=2, d=32, batch=2)
+    err, tol = run_checked(p, "triton", {**FLASH, **options}, device, seed=5)
+    assert err <= tol / 5, (options, err)
+
+
+def test_tma_refuses_tiles_that_cross_heads() -> None:
+    """A TMA tile must never read the next head's rows: ragged lengths are refused by the
+    launcher, the worker's static check and the search's rule alike."""
+    p = problem(s_q=40, s_kv=64)
+    config = {**FLASH, "TMA": 1}
+    sets, _ = fresh_inputs(p, "cpu", 0, n_sets=1)
+    with pytest.raises(InvalidConfig, match="s_q % BLOCK_M"):
+        registry.make_callable(Candidate(p, "triton", config), sets[0])()
+    assert any("s_q % BLOCK_M" in r for r in
+               registry.static_violations(Candidate(p, "triton", config), "cuda", 232_448))
+
+
 @pytest.mark.filterwarnings("ignore:All-NaN slice")
 def test_causal_programs_never_load_masked_blocks(device: str) -> None:
     # keys 16.. poisoned with NaN: the program of rows 0..15 (BLOCK_M = BLOCK_N = 16) stays

@@ -71,6 +71,26 @@ def test_triton_flash(dtype: str, d: int, causal: bool, s_q: int, s_kv: int,
     assert err <= tol / 2, (p.describe(), config, err)
 
 
+HOPPER_CONFIGS = [{"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "TMA": 1},
+                  {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "WS": 1},
+                  {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2,
+                   "PERSISTENT": 1},
+                  {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2, "TMA": 1,
+                   "PERSISTENT": 1}]
+
+
+@pytest.mark.parametrize("config", HOPPER_CONFIGS)
+@pytest.mark.parametrize(("s_q", "s_kv"), SHAPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_triton_flash_hopper_options(causal: bool, s_q: int, s_kv: int,
+                                     config: dict[str, Any]) -> None:
+    """TMA descriptors, warp specialisation and the persistent schedule, bf16 d128 with
+    grouped queries, through the worker's check."""
+    p = prefill(128, causal, "bf16", s_q=s_q, s_kv=s_kv)
+    err, tol = run_checked(p, "triton", config, "cuda")
+    assert err <= tol / 2, (p.describe(), config, err)
+
+
 def decode(causal: bool) -> AttentionProblem:
     return AttentionProblem(batch=2, heads=8, kv_heads=2, s_q=1, s_kv=8192, d=128,
                             causal=causal, dtype="bf16")

@@ -31,7 +31,7 @@ from search.kinds.attention.space import DECODE, FLASH, params, seeds, space, ti
 from search.kinds.attention.spec import AttentionProblem
 from search.kinds.attention.tuner import AttentionTuner, study_name
 from search.kinds.base import parse_query
-from search.limits import DeviceLimits
+from search.limits import DeviceLimits, limits_for
 from search.roofline import Calibration, roofline
 from search.types import Measurement, ProblemError, Status
 
@@ -166,8 +166,31 @@ def test_seeds_are_legal_and_feasible_on_an_h100(problem: AttentionProblem, tier
         assert violations(problem, config, tier, H100) == [], config
     if tier == FLASH and problem.d == 128 and problem.s_q >= 128:
         assert found[0] == {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3}
-    if tier == DECODE and problem.s_kv >= 64 * 64:
-        assert found[0]["NUM_SPLITS"] == 64
+    if tier == DECODE:
+        # the first seed's programs (splits x batch x kv_heads) just fill 132 SMs
+        programs = problem.batch * problem.kv_heads * found[0]["NUM_SPLITS"]
+        assert programs >= 132 or found[0]["NUM_SPLITS"] == max(c.values[-1] for c in space(
+            problem, tier) if c.name == "NUM_SPLITS")
+        assert found[0]["NUM_SPLITS"] == 1 or programs // 2 < 132
+
+
+@pytest.mark.parametrize("problem", SHAPES, ids=lambda p: p.describe())
+def test_hopper_options_are_searched_only_where_the_device_has_tma(problem: AttentionProblem
+                                                                   ) -> None:
+    hopper = limits_for("cuda", 232_448, "9.0")
+    names = {c.name for c in space(problem, FLASH, hopper)}
+    assert {"TMA", "PERSISTENT"} <= names and "WS" not in names
+    assert not {"TMA", "PERSISTENT"} & {c.name for c in space(problem, FLASH, H100)}
+    assert not {"TMA", "PERSISTENT"} & {c.name for c in space(
+        problem, FLASH, limits_for("interpreter", 0))}
+    found = seeds(problem, FLASH, hopper)
+    for config in found:
+        assert set(config) == set(params(FLASH, hopper))
+        assert violations(problem, config, FLASH, hopper) == [], config
+    tiles_fit = problem.s_q % 128 == 0 and problem.s_kv % 128 == 0
+    if problem.d == 128 and tiles_fit:
+        assert found[0] == {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3,
+                            "TMA": 1, "PERSISTENT": 0}
 
 
 def test_tuner_study_is_named_by_tier_problem_and_gpu(tmp_path: Any) -> None:

@@ -50,6 +50,9 @@ class AttentionKind(ProblemKind):
     baseline_backend = "sdpa_cudnn"
     library_tier = None
     baseline_name = "cuDNN SDPA"
+    map_axes = ("s_q", "s_kv")
+    cpu_labels = {"sdpa_math": "torch CPU math SDPA", "triton": "Triton interpreter",
+                  "triton_decode": "Triton interpreter (decode)"}
 
     def from_key(self, key: str) -> AttentionProblem:
         return AttentionProblem.from_key(key)

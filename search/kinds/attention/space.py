@@ -1,9 +1,14 @@
 """Search spaces of the Triton attention templates (``kernel_templates/attention``), in tiers.
 
 ``flash`` (backend ``triton``): the flash-attention forward, one program per ``BLOCK_M`` query
-rows of one head, walking the keys ``BLOCK_N`` at a time::
+rows of one head, walking the keys ``BLOCK_N`` at a time; on a device with TMA (sm_90+) also
+whether the tiles move through tensor descriptors (``TMA``) and whether one program per SM
+walks the tiles (``PERSISTENT``)::
 
-    {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+    {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "TMA": 1, "PERSISTENT": 0}
+
+Warp specialisation (``WS``) is a key of the template but not searched: Triton 3.6 does not
+apply it to this loop on sm_90 (``constraints.WS_REFUSED``).
 
 ``decode`` (backend ``triton_decode``, short queries only): the key/value length split across
 ``NUM_SPLITS`` programs per key/value head, the query heads that share it packed into one
@@ -21,10 +26,11 @@ from typing import Any
 
 from search.decision.evidence import TierPlan
 from search.kinds.attention.spec import AttentionProblem
+from search.limits import DeviceLimits
 from search.optimizer import Choice
 
-__all__ = ["DECODE", "DECODE_MAX_ROWS", "DECODE_MAX_SQ", "FLASH", "TIERS", "packed_rows",
-           "params", "seeds", "space", "tier_plans"]
+__all__ = ["DECODE", "DECODE_MAX_ROWS", "DECODE_MAX_SQ", "FLASH", "HOPPER_PARAMS", "TIERS",
+           "fill_splits", "packed_rows", "params", "seeds", "space", "tier_plans"]
 
 FLASH, DECODE = "flash", "decode"
 TIERS = (FLASH, DECODE)
@@ -41,10 +47,17 @@ _DECODE_BLOCK_N = (16, 32, 64, 128, 256)
 _SPLITS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-def params(tier: str) -> tuple[str, ...]:
-    """The keys ``tier``'s configurations hold (all of them searched)."""
+#: The flash keys searched only where the device has TMA.
+HOPPER_PARAMS = ("TMA", "PERSISTENT")
+
+
+def params(tier: str, limits: DeviceLimits | None = None) -> tuple[str, ...]:
+    """The keys ``tier``'s configurations hold (all of them searched) on a device of
+    ``limits``."""
     if tier not in _PARAMS:
         raise ValueError(f"unknown attention tier {tier!r}; one of {TIERS}")
+    if tier == FLASH and limits is not None and limits.tma:
+        return _PARAMS[tier] + HOPPER_PARAMS
     return _PARAMS[tier]
 
 
@@ -70,13 +83,37 @@ def splits(problem: AttentionProblem) -> tuple[int, ...]:
     return tuple(s for s in _SPLITS if s == 1 or problem.s_kv // s >= 16)
 
 
-def space(problem: AttentionProblem, tier: str) -> tuple[Choice, ...]:
-    """The dimensions of ``tier`` for ``problem``: blocks no larger than its sequences."""
+def _tiles_fit(problem: AttentionProblem, block_m: int, block_n: int) -> bool:
+    """Whether TMA tiles of these blocks never cross heads (``constraints.tma_tiling``)."""
+    return problem.s_q % block_m == 0 and problem.s_kv % block_n == 0
+
+
+def fill_splits(problem: AttentionProblem, sms: int = 132) -> int:
+    """The fewest splits (a power of two, a legal count) whose programs, one per split and
+    key/value head of each batch entry, cover ``sms`` SMs (an H100's where unknown): one split
+    when ``batch x kv_heads`` already does, as in batched decode."""
+    programs = problem.batch * int(problem.kv_heads or problem.heads)
+    legal = splits(problem)
+    for s in legal:
+        if programs * s >= sms:
+            return s
+    return legal[-1]
+
+
+def space(problem: AttentionProblem, tier: str, limits: DeviceLimits | None = None
+          ) -> tuple[Choice, ...]:
+    """The dimensions of ``tier`` for ``problem`` on a device of ``limits``: blocks no larger
+    than its sequences, and the Hopper options where the device has TMA."""
     if tier == FLASH:
-        return (Choice("BLOCK_M", _up_to(_BLOCK_M, problem.s_q)),
+        dims = (Choice("BLOCK_M", _up_to(_BLOCK_M, problem.s_q)),
                 Choice("BLOCK_N", _up_to(_FLASH_BLOCK_N, problem.s_kv)),
                 Choice("num_warps", (2, 4, 8)),
                 Choice("num_stages", (1, 2, 3, 4)))
+        if limits is not None and limits.tma:
+            # TMA only where some tile divides both sequences (the rule in constraints)
+            tma = (1, 0) if _tiles_fit(problem, 16, 16) else (0,)
+            dims += (Choice("TMA", tma), Choice("PERSISTENT", (0, 1)))
+        return dims
     if tier == DECODE:
         return (Choice("NUM_SPLITS", splits(problem)),
                 Choice("BLOCK_N", _up_to(_DECODE_BLOCK_N, problem.s_kv)),
@@ -105,11 +142,15 @@ def tier_plans(problem: AttentionProblem) -> tuple[TierPlan, ...]:
     return tuple(TierPlan(t, weights[t], *reasons[t]) for t in TIERS)
 
 
-def seeds(problem: AttentionProblem, tier: str) -> list[dict[str, Any]]:
+def seeds(problem: AttentionProblem, tier: str, limits: DeviceLimits | None = None
+          ) -> list[dict[str, Any]]:
     """Known-good starting points, those legal for ``problem``: the Triton fused-attention
     tutorial's and FlashAttention's defaults (128x64, 4 or 8 warps, 2-3 stages up to d=64;
-    128x128 with 8 warps for d=128 on sm_90; smaller tiles for d=256 and short queries), and
-    for decode FlashDecoding's many splits (64) over 64-key blocks."""
+    128x128 with 8 warps for d=128 on sm_90; smaller tiles for d=256 and short queries), with
+    TMA first where the device has it; for decode the fewest splits that fill the SMs with long
+    key blocks (``fill_splits``: one split when batch x kv_heads already fills them, 0.99x cuDNN
+    at the copy bandwidth on an H100), then FlashDecoding's many splits (64) over 64-key
+    blocks."""
     if tier == FLASH:
         def f(bm: int, bn: int, w: int, s: int) -> dict[str, Any]:
             return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s}
@@ -127,13 +168,21 @@ def seeds(problem: AttentionProblem, tier: str) -> list[dict[str, Any]]:
         def g(splits: int, bn: int, w: int) -> dict[str, Any]:
             return {"NUM_SPLITS": splits, "BLOCK_N": bn, "num_warps": w}
 
-        ordered = [g(64, 64, 4), g(32, 128, 4), g(16, 64, 4), g(128, 32, 4), g(8, 32, 2),
-                   g(4, 16, 2), g(1, 16, 2)]
+        fill = fill_splits(problem)
+        ordered = [g(fill, 256, 4), g(fill, 128, 4), g(64, 64, 4), g(32, 128, 4), g(16, 64, 4),
+                   g(128, 32, 4), g(8, 32, 2), g(4, 16, 2), g(1, 16, 2)]
     else:
         raise ValueError(f"unknown attention tier {tier!r}; one of {TIERS}")
-    legal = {c.name: set(c.values) for c in space(problem, tier)}
+    keys = params(tier, limits)
+    if tier == FLASH and "TMA" in keys:
+        # TMA first (1.01-1.74x the same tile through pointers on an H100), the persistent
+        # schedule off (it lost on most tiles there): docs/benchmarks/attention_h100_*.md
+        ordered = ([{**c, "TMA": 1, "PERSISTENT": 0} for c in ordered
+                    if _tiles_fit(problem, c["BLOCK_M"], c["BLOCK_N"])]
+                   + [{**c, "TMA": 0, "PERSISTENT": 0} for c in ordered])
+    legal = {c.name: set(c.values) for c in space(problem, tier, limits)}
     out: list[dict[str, Any]] = []
     for config in ordered:
-        if all(config[k] in legal[k] for k in params(tier)) and config not in out:
+        if all(config[k] in legal[k] for k in keys) and config not in out:
             out.append(config)
     return out

@@ -51,15 +51,18 @@ def kept_pairs(s_q: int, s_kv: int, causal: bool) -> int:
 class AttentionProblem:
     """Attention forward: ``heads`` query heads over ``kv_heads`` key/value heads."""
 
-    batch: int
-    heads: int
-    s_q: int
-    s_kv: int
-    d: int
-    kv_heads: int | None = None
-    causal: bool = False
-    dtype: str = "bf16"
-    scale: float | None = None
+    batch: int = field(metadata={"help": "independent sequences"})
+    heads: int = field(metadata={"help": "query heads"})
+    s_q: int = field(metadata={"help": "query length"})
+    s_kv: int = field(metadata={"help": "key/value length"})
+    d: int = field(metadata={"help": f"head dimension: {', '.join(map(str, HEAD_DIMS))}"})
+    kv_heads: int | None = field(default=None, metadata={
+        "help": "key/value heads (fewer than heads: grouped-query; default: heads)"})
+    causal: bool = field(default=False, metadata={
+        "help": "causal mask (aligned bottom-right when s_q != s_kv)"})
+    dtype: str = field(default="bf16", metadata={"help": "bf16, fp16 or fp32"})
+    scale: float | None = field(default=None, metadata={
+        "help": "softmax scale (default: 1/sqrt(d))"})
     kind: str = field(default="attention", init=False)
 
     def __post_init__(self) -> None:

@@ -24,6 +24,7 @@ class AttentionTuner(SpaceTuner):
         self.limits = limits
         self.tier = tier
         super().__init__(storage_url, study_name(problem, gpu_model, tier),
-                         space.space(problem, tier), seeds=space.seeds(problem, tier),
+                         space.space(problem, tier, limits),
+                         seeds=space.seeds(problem, tier, limits),
                          seed=seed,
                          violations=lambda c: constraints.violations(problem, c, tier, limits))
