@@ -1,12 +1,15 @@
-"""GEMM's kernels in the registry: cuBLAS, CUTLASS and the tiled Triton template.
+"""GEMM's kernels in the registry: cuBLAS, CUTLASS and the tiled Triton template (and, through
+``hard_backends``, the repaired library and the repair, stream-K and skinny Triton kernels).
 
 ``register`` (called by ``kernel_templates.registry`` on the first GEMM lookup) registers the
 GEMM ``KernelKind`` (``inputs.make_inputs``, ``reference``) and one factory per backend; each
 factory turns a ``Candidate`` and a ``GemmInputs`` into a callable that writes ``inputs.out``.
 
 fp8 e4m3 problems are scaled (``GemmProblem.scaled``): the input set carries per-tensor scales,
-``cublas`` runs ``torch._scaled_mm`` with them and ``cutlass`` gets alpha = scale_a * scale_b on
-the device; Triton has no fp8 template and refuses them.
+``cublas`` runs ``torch._scaled_mm`` with them, ``cutlass`` gets alpha = scale_a * scale_b on
+the device and ``triton`` runs its fp8 template (``kernel_templates/gemm/fp8.py``). A ``triton``
+config that names a ``PRECISION`` (``fp8_e4m3``) on a bf16/fp16 problem is a lowered candidate:
+the same template, its inputs quantised inside the call.
 
 ``cutlass`` candidates (``search.kinds.gemm.cutlass_space`` configs) load their operation from the
 CUTLASS artifact cache (``kernel_templates.gemm.cutlass``), compiling it first when the worker's
@@ -30,7 +33,9 @@ import torch
 
 from kernel_templates import registry
 from kernel_templates.errors import InvalidConfig, Unsupported
+from kernel_templates.gemm import hard_backends
 from kernel_templates.gemm.cutlass import hosting
+from kernel_templates.gemm.fp8_config import is_lowered
 from kernel_templates.gemm.inputs import GemmInputs, make_inputs, torch_dtype
 from kernel_templates.gemm.reference import reference_for, rel_error, tolerance_for
 from search.kinds.gemm.spec import Backend, GemmProblem, check_served
@@ -73,9 +78,25 @@ def _scales(inputs: GemmInputs) -> tuple[torch.Tensor, torch.Tensor]:
 def _triton(candidate: Candidate, inputs: GemmInputs) -> KernelCall:
     from kernel_templates.gemm.triton import check_config, matmul
 
-    config = check_config(candidate.config)  # a bad config fails here, before any launch
     a, b, out = inputs.a, inputs.b, inputs.out
+    if candidate.problem.scaled or is_lowered(candidate.config):
+        return _triton_fp8(candidate, inputs)
+    config = check_config(candidate.config)  # a bad config fails here, before any launch
     return lambda: matmul(a, b, config, out=out)
+
+
+def _triton_fp8(candidate: Candidate, inputs: GemmInputs) -> KernelCall:
+    """The fp8 template: an fp8 problem's scaled product, or a bf16/fp16 one lowered to fp8."""
+    from kernel_templates.gemm.fp8 import lowered_matmul, scaled_matmul
+    from kernel_templates.gemm.fp8_config import check_config
+
+    problem = candidate.problem
+    config = check_config(candidate.config, lowered=not problem.scaled)  # before any launch
+    a, b, out = inputs.a, inputs.b, inputs.out
+    if problem.scaled:
+        scale_a, scale_b = _scales(inputs)
+        return lambda: scaled_matmul(a, b, scale_a, scale_b, config, out)
+    return lambda: lowered_matmul(a, b, config, out)
 
 
 # -- CUTLASS --------------------------------------------------------------------------------------
@@ -150,15 +171,23 @@ def _check_dtypes(problem: GemmProblem) -> None:
 
 def _triton_supports(problem: GemmProblem) -> None:
     if problem.scaled:
-        raise Unsupported(f"triton has no {problem.dtype} template (kernel_templates/gemm/"
-                          "triton.py multiplies bf16, fp16 and fp32); the library backends "
-                          "serve it")
+        try:
+            check_served(problem)  # the fp8 template's rules too: TN, 2-D
+        except ProblemError as exc:
+            raise Unsupported(f"the triton fp8 template cannot serve {problem.describe()}: "
+                              f"{exc}") from None
 
 
 def _triton_static(problem: GemmProblem, config: dict[str, Any], mode: str, smem: int
                    ) -> list[str]:
-    from search.kinds.gemm.triton_constraints import violations
     from search.limits import limits_for
+
+    if problem.scaled or is_lowered(config):
+        from search.kinds.gemm import fp8_space
+
+        return fp8_space.violations(problem, fp8_space.complete(config, not problem.scaled),
+                                    limits_for(mode, smem))
+    from search.kinds.gemm.triton_constraints import violations
 
     return violations(problem, config, limits_for(mode, smem))
 
@@ -194,3 +223,4 @@ def register() -> None:
                       prepare=hosting.PREPARER)
     registry.register("gemm", Backend.TRITON.value, _triton, supports=_triton_supports,
                       static_check=_triton_static, warm_up=True)
+    hard_backends.register(cutlass_kernel, _cutlass_ops)

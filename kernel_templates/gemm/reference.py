@@ -16,6 +16,7 @@ import torch
 
 from kernel_templates.accuracy import rel_error
 from kernel_templates.gemm.inputs import GemmInputs
+from search.decision.policy import MAX_REL_ERROR
 from search.kinds.gemm.spec import GemmProblem
 
 __all__ = ["BASE_TOLERANCE", "FP8_TOLERANCE", "TF32_TOLERANCE", "reference_for",
@@ -79,9 +80,14 @@ def tolerance_for(problem: GemmProblem, config: dict[str, Any] | None = None) ->
     """``tolerance(problem)``, widened to ``TF32_TOLERANCE`` when ``config`` multiplies fp32
     inputs in tf32 (``INPUT_PRECISION="tf32"``). ``"tf32x3"`` (three tf32 products, about fp32
     accuracy) and ``"ieee"`` keep the fp32 tolerance; configurations without the key are
-    checked exactly as before."""
+    checked exactly as before. A lowered configuration (one naming a ``PRECISION`` below the
+    input's, e.g. a bf16 product computed in fp8) is checked against ``MAX_REL_ERROR``, the most
+    lenient bound a policy may set: the job's own bound is applied by the service
+    (``search.decision.policy.Policy.judge``), so the measurement serves every job's bound."""
     tol = tolerance(problem)
     cfg = config or {}
+    if cfg.get("PRECISION") not in (None, problem.dtype):
+        return MAX_REL_ERROR
     # cuBLAS with ``allow_tf32`` (the library side of a tf32 policy) rounds the same way.
     if problem.dtype == "fp32" and (cfg.get("INPUT_PRECISION") == "tf32"
                                     or cfg.get("allow_tf32")):

@@ -46,10 +46,11 @@ Workspaces and counters are cached per device and grown on demand; every launch 
 counters (and the atomic accumulator) at zero. Two streams running this kernel concurrently
 must not share them (nor two processes under MPS the SMs that the barrier counts on).
 
-No search tier reaches this kernel yet: it is a candidate for the hard skinny shapes (measured
-against cuBLAS in docs/notes/kernels.md); making it a tier needs GPU validation of the tier and
-a decision-loop change. Its host side (operand checks, TMA descriptors, cached buffers, device
-queries) is ``host.py``'s, shared with the tiled template.
+It is the ``skinny`` search tier (backend ``triton_skinny``, planned for long K and tiny outputs
+by ``search.kinds.gemm.hard_tiers``; its space, which searches the deterministic modes only, is
+``search.kinds.gemm.skinny_space``; measured against cuBLAS in docs/notes/kernels.md). Its host
+side (operand checks, TMA descriptors, cached buffers, device queries) is ``host.py``'s, shared
+with the tiled template.
 
 Configuration (``check_skinny_config``)::
 

@@ -85,6 +85,7 @@ from kernel_templates.gemm.triton_config import (
     OPTIONAL_KEYS,
     check_config,
 )
+from search.kinds.gemm.cluster import cluster_refusal
 
 __all__ = ["CONFIG_KEYS", "DTYPES", "INPUT_PRECISIONS", "LOADS", "OPTIONAL_KEYS", "bytes_moved",
            "check_config", "flops", "matmul", "tma_tiles"]
@@ -420,12 +421,13 @@ def _check_device(cfg: dict[str, Any], device: torch.device) -> None:
 
 
 def _check_clusters(launch: dict[str, int], a_col: bool) -> None:
-    """num_ctas=2 with a column-major A loaded through TMA computed wrong results (relative
-    error ~1) on an H100 with Triton 3.6, in the TMA and the persistent kernel alike; row-major
-    A (either B) and the pointer kernel were right. Refused until a Triton fixes it."""
-    if launch.get("num_ctas", 1) > 1 and a_col:
-        raise Unsupported("num_ctas=2 with a column-major A through TMA loads is refused: "
-                          "Triton 3.6 computes it wrong on Hopper")
+    """The cluster rule (``search.kinds.gemm.cluster``): num_ctas=2 with a column-major A
+    loaded through TMA computed wrong results on an H100 with Triton 3.6, in the TMA and the
+    persistent kernel alike. Refused until a Triton fixes it (``tests/gpu/test_clusters.py``
+    says when)."""
+    why = cluster_refusal(launch.get("num_ctas", 1), a_col)
+    if why is not None:
+        raise Unsupported(why)
 
 
 def _matmul_persistent(a3: torch.Tensor, b3: torch.Tensor, c3: torch.Tensor,

@@ -2,10 +2,13 @@
 
 For each public shape: enumerate the SM90 operations that serve it, rank them
 (nvMatmulHeuristics for ``--gpu``, else the analytic order) and take the first ``--max-ops``
-(at most two per tile and cluster; 1000 is every op). Every shape's ops are compiled together,
-in parallel, into ``--cache`` (the directory ``KS_CUTLASS_CACHE`` then points to), then looked
-up again to prove the cache serves them. Needs nvcc and the ``cutlass`` extra, not torch-CUDA.
-Writes ``cutlass_cache.json`` and ``cutlass_cache.md`` under ``--out`` when given.
+(at most two per tile and cluster; 1000 is every op). A shape whose rows are unaligned (which
+CUTLASS cannot serve) gets the ops the ``repaired`` library backend runs instead: those ranked
+for its padded problem, per B layout (``search.kinds.gemm.repair_space``). Every shape's ops
+are compiled together, in parallel, into ``--cache`` (the directory ``KS_CUTLASS_CACHE`` then
+points to), then looked up again to prove the cache serves them. Needs nvcc and the
+``cutlass`` extra, not torch-CUDA. Writes ``cutlass_cache.json`` and ``cutlass_cache.md``
+under ``--out`` when given.
 
     python -m scripts.bench cutlass-cache --max-ops 12 --cache DIR [--jobs 2] [--cold]
 """
@@ -43,6 +46,21 @@ def chosen_ops(problem: GemmProblem, max_ops: int, gpu: str) -> tuple[list[Any],
     by_name = {o.name: o for o in ops}
     seeds = space.seeds(problem, ops, n=max_ops, gpu=gpu) if ops else []
     return [by_name[c["op"]] for c in seeds], reason
+
+
+def repaired_ops(problem: GemmProblem, gpu: str) -> list[Any]:
+    """The ops the ``repaired`` backend's library stage runs for ``problem`` (none when its
+    rows are aligned): per B layout, the first ``CUTLASS_PER_LAYOUT`` of its padded problem."""
+    from search.kinds.gemm.alignment import RepairPlan, b_layouts, unaligned
+    from search.kinds.gemm.repair_space import CUTLASS_PER_LAYOUT
+
+    if not unaligned(problem) or problem.batch != 1 or problem.dtype not in ("bf16", "fp16"):
+        return []
+    out: list[Any] = []
+    for layout in b_layouts(problem, padded=True):
+        inner = RepairPlan.of(problem, layout, padded=True).inner
+        out += chosen_ops(inner, CUTLASS_PER_LAYOUT, gpu)[0]
+    return out
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -88,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
             continue
         problem = problem_of(shape)
         ops, reason = chosen_ops(problem, args.max_ops, args.gpu)
+        repaired = repaired_ops(problem, args.gpu)
+        if repaired:
+            ops += repaired
+            reason = f"{reason}; {len(repaired)} ops of the repaired (padded) problem"
         per_shape.append({"shape": problem.describe(), "ops": len(ops), "unsupported": reason})
         todo.update((op.name, op) for op in ops)
         print(f"{problem.describe()}: {reason or f'{len(ops)} ops'}", flush=True)

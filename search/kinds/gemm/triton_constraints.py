@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from search.kinds.gemm.cluster import cluster_violations
 from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 from search.limits import DeviceLimits
 
@@ -58,6 +59,13 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
     # Under four output elements per thread, most warps of the block idle.
     if bm * bn < 4 * threads:
         out.append(f"tile {bm}x{bn} is too small for {config['num_warps']} warps")
+    # 2-CTA clusters: where Triton computes them right (search.kinds.gemm.cluster); the
+    # persistent kernel and LOADS="tma" load A through TMA, the automatic loads fall back to
+    # pointers for a column-major A
+    tma_a = bool(config.get("PERSISTENT", 0)) or config.get("LOADS") == "tma"
+    out += cluster_violations(problem, config, tma_a=tma_a)
+    if int(config.get("num_ctas", 1)) > 1 and sk != 1:
+        out.append(f"num_ctas={config['num_ctas']} needs SPLIT_K=1, got SPLIT_K={sk}")
     return out
 
 

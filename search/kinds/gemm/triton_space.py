@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from search.decision.evidence import TierPlan
+from search.kinds.gemm.cluster import CLUSTER_SIZES
 from search.kinds.gemm.spec import GemmProblem
 from search.optimizer import Choice
 
@@ -35,10 +36,11 @@ TIERS = ("tiles", "split_k", "hopper", "precision")
 TIER_WEIGHTS = {"tiles": 4.0, "split_k": 3.0, "hopper": 2.0, "precision": 3.0}
 _TIER_PARAMS = {
     "tiles": PARAMS, "split_k": PARAMS,
-    # Warp specialisation and 2-CTA clusters are template keys too, but on an H100 with Triton
-    # 3.6 the first compiles to the same kernel and the second ran ~30% slower (and wrong with
-    # a TMA-loaded column-major A): docs/notes/kernels.md. The tier searches persistence.
-    "hopper": (*PARAMS, "PERSISTENT"),
+    # Warp specialisation is a template key too, but on an H100 with Triton 3.6 it compiles to
+    # the same kernel (docs/notes/kernels.md). The tier searches persistence and the cluster
+    # size (num_ctas 1 or 2; 2 ran ~30% slower in the one configuration measured, and is wrong
+    # with a TMA-loaded column-major A: search.kinds.gemm.cluster refuses that).
+    "hopper": (*PARAMS, "PERSISTENT", "num_ctas"),
     "precision": (*PARAMS, "INPUT_PRECISION"),
 }
 
@@ -112,7 +114,7 @@ def space(problem: GemmProblem, tier: str | None = None) -> tuple[Choice, ...]:
         split_k = tuple(s for s in split_k if s > 1) or (1,)
     extra: tuple[Choice, ...] = ()
     if tier == "hopper":
-        extra = (Choice("PERSISTENT", (1,)),)
+        extra = (Choice("PERSISTENT", (1,)), Choice("num_ctas", CLUSTER_SIZES))
     elif tier == "precision":
         extra = (Choice("INPUT_PRECISION", ("tf32", "tf32x3")),)  # type: ignore[arg-type]
     elif tier is not None and tier not in _TIER_PARAMS:
@@ -132,11 +134,11 @@ def space(problem: GemmProblem, tier: str | None = None) -> tuple[Choice, ...]:
 def tier_plans(problem: GemmProblem, *, mode: str, cc: str, sm_count: int,
                allow_tf32: bool) -> tuple[TierPlan, ...]:
     """The tiers in search order, each saying whether it applies to ``problem`` on this device
-    and why; the decision explains skipped tiers with these reasons. fp8 has no Triton
-    template, so for fp8 no tier applies and the decision is the library's."""
+    and why; the decision explains skipped tiers with these reasons. fp8 inputs are the fp8
+    tier's (``search.kinds.gemm.fp8_space``): none of these applies to them."""
     if problem.dtype not in TEMPLATE_DTYPES:
-        why = (f"no {problem.dtype} Triton template (kernel_templates/gemm/triton.py multiplies "
-               f"{', '.join(TEMPLATE_DTYPES)}); the library kernels serve it")
+        why = (f"{problem.dtype} inputs: the tiled template multiplies "
+               f"{', '.join(TEMPLATE_DTYPES)}; the fp8 tier searches the fp8 template")
         return tuple(TierPlan(t, TIER_WEIGHTS[t], False, why) for t in TIERS)
     sms = sm_count or 132
     tiles_128 = -(-problem.m // 128) * -(-problem.n // 128) * problem.batch
@@ -229,4 +231,5 @@ def seeds(problem: GemmProblem, tier: str | None = None) -> list[dict[str, Any]]
     elif tier == "precision":
         ordered = [{**s, "INPUT_PRECISION": "tf32"} for s in ordered]
     legal = {c.name: set(c.values) for c in space(problem, tier)}
-    return [complete(s) for s in ordered if all(s[p] in legal[p] for p in params(tier))]
+    done = [complete(s) for s in ordered]
+    return [c for c in done if all(c[p] in legal[p] for p in params(tier))]

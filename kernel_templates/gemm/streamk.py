@@ -1,0 +1,290 @@
+"""Stream-K GEMM on a persistent grid, with a fixed-order (deterministic) fix-up.
+
+For shapes whose output tiles leave SMs idle (``m`` of a few hundred, ``n`` and ``k`` in the
+thousands: 96 tiles of 128x128 on 132 SMs), a tile per program wastes the idle SMs and a
+split-K grid multiplies the partial traffic. Stream-K (Osama et al., PPoPP 2023) instead deals
+out the *multiply-accumulate iterations*: the ``tiles x ceil(K / BLOCK_K)`` iterations, tile by
+tile in the grouped order, are cut into ``G`` contiguous ranges of equal length (the first
+``E`` one longer), one per program, ``G`` the SM count times ``GRID``. A program walks its range
+tile segment by tile segment:
+
+- a segment that starts a tile (``k0 == 0``) is the tile's *owner*: when the tile continues into
+  the next ranges, the owner waits for each of them, in range order, to publish its partial and
+  adds it to its own accumulator; then it stores C;
+- a segment that starts mid-tile (only ever a range's first) is a *contributor*: it stores its
+  fp32 partial to the workspace slot of its range and raises its range's flag.
+
+The sum is the owner's partial, then the contributors' in range order: fixed by the shape, the
+configuration and ``G``, never by arrival order, so a configuration's results are bitwise
+reproducible on a given GPU model.
+
+Ranges run in reverse program order (program ``p`` takes range ``G - 1 - p``), so an owner only
+ever waits for *lower* program ids, which the hardware dispatches first: a launch needs no
+co-residency guarantee (the assumption of CUB's decoupled look-back), and the CPU interpreter,
+which runs programs one after another in id order, runs the one-launch protocol itself (every
+flag it waits for is already raised; ``REVERSED = False`` is the test seam that makes owners
+wait for flags not yet raised). The spin is bounded (``SPIN_LIMIT`` polls); an owner that gives
+up writes NaN into its tile, so a broken assumption fails the correctness check instead of
+hanging the GPU.
+
+Memory order, as in ``triton.py``'s serial split-K: every thread stores its part of the
+partial, ``bar.sync``, then one thread's release atomic raises the flag (cumulativity through
+the barrier); the owner polls with acquire atomics, ``bar.sync`` orders its threads' loads after
+the poll that saw the flag, and those loads go to L2 (``.cg``). A flag is raised to the
+launch's *epoch* (a per-device launch counter), never back to zero: an owner waits for its own
+launch's epoch, so no flag needs resetting and a launch that gave up waiting cannot leave a
+stale flag that a later launch mistakes for its own. The workspace (``G`` fp32 tiles) and the
+flags (``G`` int32) are cached per device and grown on demand; two streams must not share them.
+
+Configuration (``check_streamk_config``)::
+
+    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages
+    GRID   1 | 2          programs per SM (default 1)
+    LOADS  "auto" | "tma" | "pointer"   as in the tiled template (default "auto": TMA on
+           sm_90+ for bf16/fp16 operands TMA can describe)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from kernel_templates.configs import check_keys, check_powers_of_two
+from kernel_templates.errors import InvalidConfig, Unsupported
+from kernel_templates.gemm.host import (
+    cached_buffer,
+    cc_major,
+    check_operands,
+    sm_count,
+    tma_describe,
+)
+from kernel_templates.gemm.triton import _store_c, _tile_coords, tma_tiles
+
+__all__ = ["CONFIG_KEYS", "OPTIONAL_KEYS", "SPIN_LIMIT", "check_streamk_config",
+           "matmul_streamk", "partition"]
+
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
+OPTIONAL_KEYS: dict[str, Any] = {"GRID": 1, "LOADS": "auto"}
+GRIDS = (1, 2)
+LOADS = ("auto", "tma", "pointer")
+#: Polls of a flag before an owner gives up and writes NaN.
+SPIN_LIMIT = 1 << 20
+#: Test seam: ranges in program order instead of reversed (owners then wait for programs the
+#: interpreter has not run yet, so they give up and write NaN).
+REVERSED = True
+
+_WORKSPACE: dict[torch.device, torch.Tensor] = {}
+_FLAGS: dict[torch.device, torch.Tensor] = {}
+_EPOCH: dict[torch.device, int] = {}
+
+
+# -- device code --------------------------------------------------------------------------------
+
+
+@triton.jit
+def _range_of(it, Q, E):
+    # The range holding iteration ``it``: ranges 0..E-1 hold Q + 1 iterations, the rest Q.
+    big = E * (Q + 1)
+    return tl.where(it < big, it // (Q + 1), E + (it - big) // Q)
+
+
+@triton.jit
+def _wait_flag(ptr, EPOCH, SPIN: tl.constexpr):
+    # True once the flag at ``ptr`` holds this launch's EPOCH; False if it did not within SPIN
+    # polls.
+    seen = tl.atomic_add(ptr, 0, sem="acquire", scope="gpu")
+    spins = 0
+    while (seen != EPOCH) & (spins < SPIN):
+        seen = tl.atomic_add(ptr, 0, sem="acquire", scope="gpu")
+        spins += 1
+    tl.debug_barrier()
+    return seen == EPOCH
+
+
+@triton.jit
+def _ab_tiles(a, b, off_m, off_n, offs_am, offs_bn, k, K,
+              stride_am, stride_ak, stride_bk, stride_bn,
+              BLOCK_K: tl.constexpr, TMA: tl.constexpr, A_COL: tl.constexpr,
+              B_COL: tl.constexpr, EVEN_K: tl.constexpr):
+    # The A tile at (off_m, k) and the B tile at (k, off_n): through TMA descriptors (zeros past
+    # the edges) or pointers (rows and columns wrapped by the caller, K masked unless EVEN_K).
+    if TMA:
+        a_t, b_t = tma_tiles(a, b, off_m, off_n, k, A_COL, B_COL)
+    else:
+        offs_k = k + tl.arange(0, BLOCK_K)
+        a_ptrs = a + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
+        b_ptrs = b + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
+        if EVEN_K:
+            a_t = tl.load(a_ptrs)
+            b_t = tl.load(b_ptrs)
+        else:
+            a_t = tl.load(a_ptrs, mask=offs_k[None, :] < K, other=0.0)
+            b_t = tl.load(b_ptrs, mask=offs_k[:, None] < K, other=0.0)
+    return a_t, b_t
+
+
+@triton.jit(do_not_specialize=["EPOCH"])
+def _streamk_kernel(
+    a, b, c_ptr, ws_ptr, flag_ptr, EPOCH, M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    ITERS_PER_TILE, Q, E,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    SPIN: tl.constexpr, REVERSED: tl.constexpr,
+):  # fmt: skip
+    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+    local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    if REVERSED:  # owners wait for lower program ids only
+        r = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        r = tl.program_id(0)
+    start = r * Q + tl.minimum(r, E)
+    end = start + Q + (r < E).to(tl.int32)
+    # the range's segments: one per tile it touches (a for loop, so each segment's K loop is
+    # an innermost loop the pipeliner handles as in the tiled kernel)
+    for tile in range(start // ITERS_PER_TILE, (end - 1) // ITERS_PER_TILE + 1):
+        tile_it0 = tile * ITERS_PER_TILE
+        k0 = tl.maximum(start - tile_it0, 0)
+        k1 = tl.minimum(end - tile_it0, ITERS_PER_TILE)
+        pid_m, pid_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        if EVEN_MN:
+            offs_am = tl.max_contiguous(tl.multiple_of(offs_m, BLOCK_M), BLOCK_M)
+            offs_bn = tl.max_contiguous(tl.multiple_of(offs_n, BLOCK_N), BLOCK_N)
+        else:
+            # ragged edge: wrap rows and columns instead of masking; wrapped lanes are never
+            # stored
+            offs_am = offs_m % M
+            offs_bn = offs_n % N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kk in range(k0, k1):
+            a_t, b_t = _ab_tiles(a, b, off_m, off_n, offs_am, offs_bn, kk * BLOCK_K, K,
+                                 stride_am, stride_ak, stride_bk, stride_bn,
+                                 BLOCK_K, TMA, A_COL, B_COL, EVEN_K)
+            acc = tl.dot(a_t, b_t, acc, input_precision=INPUT_PRECISION)
+        if k0 > 0:
+            # contributor (the range's first segment): publish the partial
+            tl.store(ws_ptr + r * TILE + local, acc)
+            tl.debug_barrier()
+            tl.atomic_xchg(flag_ptr + r, EPOCH, sem="release", scope="gpu")
+        else:
+            failed = 0
+            if k1 < ITERS_PER_TILE:
+                last = _range_of(tile_it0 + ITERS_PER_TILE - 1, Q, E)
+                for q in range(r + 1, last + 1):
+                    failed += (~_wait_flag(flag_ptr + q, EPOCH, SPIN)).to(tl.int32)
+                    acc += tl.load(ws_ptr + q * TILE + local, cache_modifier=".cg")
+            acc = tl.where(failed == 0, acc, float("nan"))
+            _store_c(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, EVEN_MN)
+
+
+# -- host side ----------------------------------------------------------------------------------
+
+
+def check_streamk_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` normalised (ints; ``GRID`` and ``LOADS`` filled in), or ``InvalidConfig``."""
+    check_keys(config, CONFIG_KEYS, OPTIONAL_KEYS)
+    cfg: dict[str, Any] = {k: int(config[k]) for k in CONFIG_KEYS}
+    check_powers_of_two(cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"))
+    if min(cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) < 16:
+        raise InvalidConfig("tl.dot needs BLOCK_M, BLOCK_N and BLOCK_K of at least 16")
+    if cfg["GROUP_M"] < 1 or cfg["num_stages"] < 1:
+        raise InvalidConfig("GROUP_M and num_stages must be positive")
+    grid = config.get("GRID", OPTIONAL_KEYS["GRID"])
+    if grid not in GRIDS:
+        raise InvalidConfig(f"GRID must be one of {list(GRIDS)}, got {grid!r}")
+    loads = config.get("LOADS", OPTIONAL_KEYS["LOADS"])
+    if loads not in LOADS:
+        raise InvalidConfig(f"LOADS must be one of {list(LOADS)}, got {loads!r}")
+    return {**cfg, "GRID": int(grid), "LOADS": loads}
+
+
+def partition(m: int, n: int, k: int, config: dict[str, Any], programs: int
+              ) -> tuple[int, int, int, int]:
+    """``(G, Q, E, iterations per tile)``: the grid (at most one program per iteration) and
+    how the iterations are dealt out (``E`` ranges of ``Q + 1``, the rest of ``Q``)."""
+    per_tile = triton.cdiv(k, config["BLOCK_K"])
+    total = triton.cdiv(m, config["BLOCK_M"]) * triton.cdiv(n, config["BLOCK_N"]) * per_tile
+    g = max(1, min(programs, total))
+    q, e = divmod(total, g)
+    return g, q, e, per_tile
+
+
+def _descriptors(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]):
+    """(a_desc, b_desc, A_COL, B_COL) when TMA loads apply, else ``None``."""
+    loads = cfg["LOADS"]
+    if loads == "pointer" or a.dtype not in (torch.bfloat16, torch.float16):
+        return None
+    if loads == "auto" and (a.device.type != "cuda" or cc_major(a.device) < 9):
+        return None
+    if a.device.type == "cuda" and cc_major(a.device) < 9:
+        return None
+    m, k = a.shape
+    n = b.shape[1]
+    da = tma_describe(a, m, k, (cfg["BLOCK_M"], cfg["BLOCK_K"]))
+    db = tma_describe(b, k, n, (cfg["BLOCK_K"], cfg["BLOCK_N"]))
+    if da is None or db is None:
+        return None
+    return da[0], db[0], da[1], db[1]
+
+
+def _next_epoch(device: torch.device) -> int:
+    """This launch's flag value on ``device``: 1, 2, ... (after 2**31 - 2 launches the flags
+    are zeroed and the count starts again)."""
+    epoch = _EPOCH.get(device, 0) + 1
+    if epoch >= 2**31 - 1:
+        _FLAGS[device].zero_()
+        epoch = 1
+    _EPOCH[device] = epoch
+    return epoch
+
+
+def matmul_streamk(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
+                   out: torch.Tensor | None = None, programs: int | None = None
+                   ) -> torch.Tensor:
+    """``a @ b`` for 2-D ``a[M, K]``, ``b[K, N]`` (any strides; bf16, fp16 or fp32) with the
+    stream-K kernel under ``config``, into ``out`` (contiguous ``[M, N]``) or a new tensor of
+    the input dtype. ``programs`` overrides the grid (default: SMs x ``GRID``; tests)."""
+    cfg = check_streamk_config(config)
+    if a.dim() != 2 or b.dim() != 2:
+        raise Unsupported("the stream-K kernel serves 2-D operands (batch 1)")
+    _, _, _, out = check_operands(a, b, out, None, "stream-K gemm")
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    g, q, e, per_tile = partition(m, n, k, cfg, programs or sm_count(a.device) * cfg["GRID"])
+    ws = cached_buffer(_WORKSPACE, a.device, g * bm * bn, torch.float32, zeroed=False,
+                       least=1 << 20)
+    flags = cached_buffer(_FLAGS, a.device, g, torch.int32, zeroed=True, least=1024)
+    epoch = _next_epoch(a.device)
+    descs = _descriptors(a, b, cfg)
+    if cfg["LOADS"] == "tma" and descs is None:
+        raise Unsupported("LOADS='tma', but these operands cannot be described for TMA")
+    precision = "ieee" if a.dtype == torch.float32 else "tf32"
+    common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"],
+                  EVEN_K=k % bk == 0, EVEN_MN=m % bm == 0 and n % bn == 0,
+                  INPUT_PRECISION=precision, SPIN=SPIN_LIMIT, REVERSED=REVERSED,
+                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    if descs is not None:
+        _streamk_kernel[(g,)](
+            descs[0], descs[1], out, ws, flags, epoch, m, n, k, 0, 0, 0, 0,
+            out.stride(0), out.stride(1), per_tile, q, e,
+            TMA=True, A_COL=descs[2], B_COL=descs[3], **common)
+    else:
+        _streamk_kernel[(g,)](
+            a, b, out, ws, flags, epoch, m, n, k, a.stride(0), a.stride(1), b.stride(0),
+            b.stride(1),
+            out.stride(0), out.stride(1), per_tile, q, e,
+            TMA=False, A_COL=False, B_COL=False, **common)
+    return out

@@ -1,0 +1,120 @@
+"""The stream-K template (kernel_templates/gemm/streamk.py) and its backend ``triton_streamk``.
+
+CPU cases run the one-launch protocol itself in the Triton interpreter (which runs programs in
+id order: the reversed ranges mean every flag an owner waits for is already raised): tiles
+split over several programs, ranges that start mid-tile, ragged and odd shapes, pointer and TMA
+loads, against a float64 reference on random inputs into NaN-poisoned outputs; a fixed summation
+order (bitwise equal back to back); and the bounded wait (with ranges in program order an owner
+waits for a program not yet run: it must give up, write NaN, and leave nothing that breaks the
+next launch)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernel_templates.errors import InvalidConfig, Unsupported
+from kernel_templates.gemm import streamk
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import reference_for, rel_error, tolerance
+from kernel_templates.gemm.streamk import check_streamk_config, matmul_streamk, partition
+from kernel_templates.registry import check_supported, make_callable, static_violations
+from search.kinds.gemm.spec import GemmProblem
+from search.types import Candidate
+
+
+def cfg(bm: int = 32, bn: int = 32, bk: int = 16, **kw: object) -> dict:
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=2, num_warps=4, num_stages=2, **kw)
+
+
+def run(problem: GemmProblem, config: dict, programs: int, device: str,
+        seed: int = 0) -> torch.Tensor:
+    inp = make_inputs(problem, device, seed)
+    assert torch.isnan(inp.out).all()
+    assert matmul_streamk(inp.a, inp.b, config, out=inp.out, programs=programs) is inp.out
+    err = rel_error(inp.out, reference_for(inp))
+    assert err <= tolerance(problem), (problem, config, programs, err)
+    return inp.out.clone()
+
+
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "programs"), [
+    (64, 64, 256, "fp16", 3), (64, 64, 256, "fp16", 7), (33, 65, 97, "fp16", 1),
+    (33, 65, 97, "fp16", 5), (33, 65, 97, "fp32", 7), (97, 35, 203, "fp32", 3),
+    (97, 35, 203, "fp16", 7),
+])
+def test_stream_k_is_correct_and_deterministic(m: int, n: int, k: int, dtype: str,
+                                               programs: int, device: str) -> None:
+    # (64, 64, 256): 4 tiles x 16 iterations, whole tiles; (33, 65, 97) and (97, 35, 203):
+    # ragged edges and a short last K step, every m, n, k odd but one. 3, 5 and 7 programs
+    # start ranges mid-tile (7 does not divide the iterations: ranges of two lengths).
+    p = GemmProblem(m=m, n=n, k=k, dtype=dtype)
+    first = run(p, cfg(), programs, device, seed=programs)
+    again = run(p, cfg(), programs, device, seed=programs)
+    assert torch.equal(first, again)  # a fixed summation order
+    run(p, cfg(), programs, device, seed=programs + 100)  # and fresh inputs
+
+
+def test_tma_loads_match_pointer_loads(device: str) -> None:
+    p = GemmProblem(64, 48, 200, dtype="fp16")  # aligned rows, ragged tiles
+    pointer = run(p, cfg(LOADS="pointer"), 5, device)
+    tma = run(p, cfg(LOADS="tma"), 5, device)
+    assert rel_error(tma, pointer.double()) < 1e-3
+
+
+def test_the_partition_deals_out_every_iteration() -> None:
+    config = check_streamk_config(cfg())
+    g, q, e, per_tile = partition(97, 35, 203, config, 7)
+    tiles = 4 * 2
+    assert per_tile == 13 and g == 7 and q * g + e == tiles * per_tile and 0 <= e < g
+    assert partition(16, 16, 16, config, 132)[0] == 1  # never more programs than iterations
+
+
+def test_an_owner_that_waits_in_vain_writes_nan_and_the_next_launch_is_right(
+        device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's program order is what this test relies on")
+    p = GemmProblem(64, 64, 256, dtype="fp16")
+    monkeypatch.setattr(streamk, "REVERSED", False)
+    monkeypatch.setattr(streamk, "SPIN_LIMIT", 4)
+    inp = make_inputs(p, device, 0)
+    matmul_streamk(inp.a, inp.b, cfg(), out=inp.out, programs=3)
+    nan = torch.isnan(inp.out)
+    assert nan.any() and not nan.all()  # owners of split tiles gave up; whole tiles are fine
+    monkeypatch.setattr(streamk, "REVERSED", True)
+    monkeypatch.setattr(streamk, "SPIN_LIMIT", 1 << 20)
+    # the contributors of the failed launch raised their flags after their owners left: the
+    # epochs keep those from passing for the next launch's
+    run(p, cfg(), 3, device)
+
+
+def test_bad_configs_are_refused() -> None:
+    with pytest.raises(InvalidConfig, match="power of two"):
+        check_streamk_config(cfg(bm=48))
+    with pytest.raises(InvalidConfig, match="GRID"):
+        check_streamk_config(cfg(GRID=3))
+    with pytest.raises(InvalidConfig, match="LOADS"):
+        check_streamk_config(cfg(LOADS="magic"))
+    with pytest.raises(InvalidConfig, match="unknown"):
+        check_streamk_config(cfg(SPLIT_K=2))
+    with pytest.raises(Unsupported, match="2-D"):
+        a = torch.zeros(2, 16, 16, dtype=torch.float16)
+        matmul_streamk(a, a, cfg())
+    with pytest.raises(Unsupported, match="batch 1"):
+        check_supported("triton_streamk", GemmProblem(64, 64, 64, batch=2, dtype="fp16"))
+
+
+def test_the_backend_runs_a_search_config(device: str) -> None:
+    from search.kinds.gemm.streamk_space import seeds
+
+    p = GemmProblem(97, 35, 203, dtype="fp16")
+    config = {**seeds(p)[0], "BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32}
+    cand = Candidate(p, "triton_streamk", config)
+    assert static_violations(cand, "interpreter", 0) == []
+    inp = make_inputs(p, device, 5)
+    make_callable(cand, inp)()
+    assert rel_error(inp.out, reference_for(inp)) <= tolerance(p)
+    # a config the device cannot hold is refused before it runs
+    assert static_violations(Candidate(p, "triton_streamk", {**config, "BLOCK_M": 256,
+                                                             "BLOCK_N": 256, "BLOCK_K": 128,
+                                                             "num_stages": 5}),
+                             "cuda", 232_448)

@@ -1,0 +1,303 @@
+"""When the hard-shape tiers are planned (search.kinds.gemm.hard_tiers), from the shape's
+alignment, its tile count and the device's SM count and memory; the repair's plan arithmetic
+(search.kinds.gemm.alignment); the library side of the repair; the tiers' spaces and tuners."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from search.decision import Policy, TierPlan
+from search.kinds.gemm import GEMM, hard_tiers, repair_space, skinny_space, streamk_space
+from search.kinds.gemm.alignment import (
+    RepairPlan,
+    b_layouts,
+    describe_unaligned,
+    repair_fits,
+    unaligned,
+)
+from search.kinds.gemm.cutlass_catalogue import Catalogue, OpSpec
+from search.kinds.gemm.hard_tuner import hard_tuner
+from search.kinds.gemm.spec import GemmProblem
+from search.kinds.gemm.triton_space import tier_plans as tiled_tier_plans
+from search.limits import DeviceLimits
+from service.agent_loop import allowed_tiers
+
+HARD = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "gemm_hard.json"
+PUBLIC = HARD.with_name("gemm_public.json")
+H100 = {"mode": "cuda", "cc": "9.0", "sm_count": 132, "memory_bytes": 80 << 30}
+
+
+def plans(problem: GemmProblem, device: dict | None = None) -> tuple[TierPlan, ...]:
+    return GEMM.tier_plans(problem, device or H100, Policy())
+
+
+def applicable(problem: GemmProblem, device: dict | None = None) -> list[str]:
+    return [t.name for t in plans(problem, device) if t.applicable]
+
+
+def shape(index: int) -> GemmProblem:
+    s = json.loads(HARD.read_text())["shapes"][index]
+    return GemmProblem(s["m"], s["n"], s["k"])
+
+
+# -- the hard shapes, each planned for its class --------------------------------------------------
+@pytest.mark.parametrize(("index", "first"), [
+    (0, ["repair"]),                      # 999x2047x1537: k and n unaligned, 128 tiles
+    (1, ["repair"]),                      # 4000x4000x4001: k unaligned, 1024 tiles
+    (2, ["repair", "repair_stream_k"]),   # 511x1024x4097: k unaligned, 32 tiles
+    (3, ["skinny"]),                      # 128x128x262144
+    (4, ["skinny"]),                      # 32x512x98304
+    (5, ["stream_k"]),                    # 192x6144x6144: 96 tiles
+    (6, ["stream_k"]),                    # 320x4096x12288: 96 tiles
+])
+def test_each_hard_shape_gets_its_tiers_first(index: int, first: list[str]) -> None:
+    tiers = plans(shape(index))
+    names = [t.name for t in tiers]
+    assert names[:len(first)] == first and all(t.applicable for t in tiers[:len(first)])
+    others = set(hard_tiers.TIERS) - set(first)
+    assert not any(t.applicable for t in tiers if t.name in others)
+    # every tier is listed, with a reason, whether it applies or not
+    assert set(hard_tiers.TIERS) <= set(names) and all(t.reason for t in tiers)
+
+
+@pytest.mark.parametrize("index", [7, 8])  # decode GEMV: the tiled tiers already win there
+def test_decode_gemv_keeps_the_tiled_tiers_and_nothing_else(index: int) -> None:
+    problem = shape(index)
+    base = tiled_tier_plans(problem, mode="cuda", cc="9.0", sm_count=132, allow_tf32=False)
+    tiers = plans(problem)
+    assert tiers[:len(base)] == base
+    assert not any(t.applicable for t in tiers[len(base):])
+
+
+def test_public_shapes_keep_their_tiled_tiers_unchanged() -> None:
+    for s in json.loads(PUBLIC.read_text())["shapes"]:
+        if s.get("dtype", "bf16") not in hard_tiers.DTYPES:
+            continue
+        p = GemmProblem(s["m"], s["n"], s["k"], dtype=s.get("dtype", "bf16"))
+        base = tiled_tier_plans(p, mode="cuda", cc="9.0", sm_count=132, allow_tf32=False)
+        tiers = plans(p)
+        # the tiled tiers keep their order, plans and reasons; new tiers go first only where
+        # they apply
+        assert [t for t in tiers if t.name not in (*hard_tiers.TIERS, "fp8")] == list(base)
+        new = [t.name for t in tiers if t.name in hard_tiers.TIERS and t.applicable]
+        assert [t.name for t in tiers[:len(new)]] == new
+
+
+def test_unaligned_operands_skip_the_tma_tier_and_say_why() -> None:
+    tiers = {t.name: t for t in plans(GemmProblem(999, 2047, 1537))}
+    assert not tiers["hopper"].applicable and "TMA cannot describe" in tiers["hopper"].reason
+    assert "rows of A (k=1537 bf16)" in tiers["repair"].reason
+    assert tiers["tiles"].applicable  # the pointer kernels still run on the raw operands
+    aligned = {t.name: t for t in plans(GemmProblem(1000, 3000, 2000))}
+    assert aligned["hopper"].applicable and not aligned["repair"].applicable
+
+
+def test_stream_k_follows_the_sm_count() -> None:
+    p = GemmProblem(192, 6144, 6144)  # 96 tiles of 128x128
+    assert "stream_k" in applicable(p)
+    assert "stream_k" not in applicable(p, {**H100, "sm_count": 96})  # one full wave
+    assert "stream_k" in applicable(p, {**H100, "sm_count": 64})  # 2 waves, the last half full
+    short = GemmProblem(192, 6144, 512)  # too few K iterations to deal out
+    assert "stream_k" not in applicable(short)
+    skinny_m = GemmProblem(32, 6144, 6144)
+    assert "stream_k" not in applicable(skinny_m)
+
+
+def test_skinny_follows_the_sm_count_and_k() -> None:
+    p = GemmProblem(128, 128, 262144)  # 4 tiles of 64x64
+    assert "skinny" in applicable(p)
+    assert "skinny" not in applicable(p, {**H100, "sm_count": 16})  # 4 x 8 splits > 16 SMs
+    assert "skinny" not in applicable(GemmProblem(128, 128, 8192))  # K not long
+    assert "skinny" not in applicable(GemmProblem(512, 512, 262144))  # 64 tiles x 8 > 132
+
+
+def test_the_repair_is_bounded_by_the_devices_memory() -> None:
+    p = GemmProblem(4000, 4000, 4001)
+    assert "repair" in applicable(p)
+    small = {**H100, "memory_bytes": 64 << 20}  # the scratch would be over a quarter of it
+    tiers = {t.name: t for t in plans(p, small)}
+    assert not tiers["repair"].applicable and "scratch" in tiers["repair"].reason
+    assert not tiers["repair_stream_k"].applicable
+    assert "repair" in applicable(p, {**H100, "memory_bytes": 0})  # unknown: no bound
+
+
+def test_batched_and_fp8_problems_get_no_new_tier() -> None:
+    batched = GemmProblem(999, 2047, 1537, batch=2)
+    tiers = {t.name: t for t in plans(batched)}
+    assert not tiers["repair"].applicable and "batch 1" in tiers["repair"].reason
+    fp8 = GemmProblem(4096, 4096, 4096, dtype="fp8_e4m3", layout_b="col")
+    assert not any(t.name in hard_tiers.TIERS for t in plans(fp8))
+
+
+def test_each_tier_maps_to_its_backend_and_a_disallowed_backend_skips_it() -> None:
+    assert GEMM.backend_of("repair") == GEMM.backend_of("repair_stream_k") == "triton_repair"
+    assert GEMM.backend_of("stream_k") == "triton_streamk"
+    assert GEMM.backend_of("skinny") == "triton_skinny"
+    assert GEMM.backend_of("tiles") == "triton" and GEMM.backend_of("cutlass") == "cutlass"
+    tiers = plans(GemmProblem(128, 128, 262144))
+    kept = {t.name: t for t in allowed_tiers(GEMM, tiers, ["cublas", "triton"])}
+    assert not kept["skinny"].applicable
+    assert kept["skinny"].reason == "the job does not allow its backend triton_skinny"
+    assert kept["split_k"].applicable
+    assert allowed_tiers(GEMM, tiers, []) == tiers  # unbound: left as planned
+
+
+# -- the repair's plan ------------------------------------------------------------------------
+def test_unaligned_rows_and_their_description() -> None:
+    assert unaligned(GemmProblem(999, 2047, 1537)) == ("A", "B", "C")
+    assert unaligned(GemmProblem(4000, 4000, 4001)) == ("A",)
+    assert unaligned(GemmProblem(511, 1024, 4097, layout_a="col")) == ("A",)  # m=511 rows
+    assert unaligned(GemmProblem(512, 1024, 4097, layout_a="col", layout_b="col")) == ("B",)
+    assert unaligned(GemmProblem(4096, 4096, 4096)) == ()
+    assert unaligned(GemmProblem(64, 4, 64, dtype="fp32")) == ()  # 16 bytes of fp32
+    assert describe_unaligned(GemmProblem(4000, 4000, 4001)) == (
+        "rows of A (k=4001 bf16) are not multiples of 16 bytes")
+
+
+def test_the_padded_plan_pads_k_and_n_and_copies_both_operands() -> None:
+    p = GemmProblem(999, 2047, 1537)
+    row = RepairPlan.of(p, "row", padded=True)
+    assert (row.a_buf, row.b_buf, row.c_buf) == ((999, 1544), (1544, 2048), (999, 2048))
+    assert (row.inner.m, row.inner.n, row.inner.k) == (999, 2048, 1544)
+    assert row.inner.layout_b == "row" and row.inner.layout_a == "row"
+    kmajor = RepairPlan.of(p, "kmajor", padded=True)
+    assert kmajor.b_buf == (2048, 1544) and kmajor.inner.layout_b == "col"
+    assert row.scratch_bytes == (999 * 1544 + 1544 * 2048 + 999 * 2048) * 2
+    assert row.copy_bytes == ((999 * 1537 + 999 * 1544) + (1537 * 2047 + 1544 * 2048)
+                              + (999 * 2048 + 999 * 2047)) * 2
+    assert b_layouts(p, padded=True) == ("row", "kmajor")
+    # K aligned, only C's rows unaligned (B column-major): A stays, B is padded along N
+    col = GemmProblem(64, 100, 64, layout_b="col")
+    assert unaligned(col) == ("C",)
+    plan = RepairPlan.of(col, "kmajor", padded=True)
+    assert (plan.a_buf, plan.b_buf, plan.c_buf) == (None, (104, 64), (64, 104))
+    assert plan.copied == ("B",) and plan.inner.layout_a == "row"
+
+
+def test_the_views_plan_copies_only_unaligned_operands() -> None:
+    p = GemmProblem(4000, 4000, 4001)  # A unaligned, B aligned
+    assert b_layouts(p, padded=False) == ("keep", "kmajor")
+    keep = RepairPlan.of(p, "keep", padded=False)
+    assert keep.copied == ("A",) and keep.a_buf == (4000, 4032) and keep.b_buf is None
+    assert (keep.inner.k, keep.inner.n) == (4001, 4000) and keep.c_buf is None
+    moved = RepairPlan.of(p, "kmajor", padded=False)
+    assert moved.copied == ("A", "B") and moved.b_buf == (4000, 4032)
+    with pytest.raises(ValueError, match="b_layout"):
+        RepairPlan.of(p, "row", padded=False)  # an aligned B is not copied row-major
+    with pytest.raises(ValueError, match="aligned"):
+        RepairPlan.of(GemmProblem(64, 64, 64), "row", padded=True)
+    assert "A copied to aligned scratch (B in place)" == keep.describe()
+
+
+def test_repair_fits_bounds_the_scratch() -> None:
+    plan = RepairPlan.of(GemmProblem(4000, 4000, 4001), "kmajor", padded=True)
+    assert repair_fits(plan, 0) is None and repair_fits(plan, 80 << 30) is None
+    assert "over 25%" in (repair_fits(plan, plan.scratch_bytes * 3) or "")
+    # a small scratch beside huge operands: within its share, but the sum does not fit
+    lean = RepairPlan.of(GemmProblem(8, 1_000_000, 4001), "keep", padded=False)
+    assert lean.copied == ("A",) and lean.scratch_bytes == 8 * 4032 * 2
+    assert "do not fit" in (repair_fits(lean, 4 << 30) or "")
+
+
+# -- the library side of the repair -------------------------------------------------------------
+def _op(name: str, layout_b: str) -> OpSpec:
+    return OpSpec(name, (128, 128, 64), (1, 1, 1), "TmaWarpSpecialized", "TmaWarpSpecialized",
+                  "default", "bf16", "bf16", None, "bf16", "row", layout_b, 8, 8, 8, 8)
+
+
+def test_the_library_is_measured_on_repaired_operands_too() -> None:
+    p = GemmProblem(999, 2047, 1537)
+    catalogue = Catalogue((_op("op_rr", "row"), _op("op_rc", "col")), source="fake")
+    plan = GEMM.library_plan(p, Policy(), ["cublas", "cutlass", "repaired", "triton"], "gpu",
+                             lambda _: None, seeds=6)
+    repaired = [c for b, c in plan.configs if b == "repaired"]
+    assert {"inner": "cublas", "b_layout": "row"} in repaired
+    assert {"inner": "cublas", "b_layout": "kmajor"} in repaired
+    assert not any(c.get("plan") == "views" for c in repaired)  # C's rows are unaligned
+    assert any("aligned copies" in n for n in plan.notes)
+    # C aligned: cuBLAS also runs on the views plan (only A copied, as the Triton side does)
+    only_a, _ = repair_space.library_configs(GemmProblem(4000, 4000, 4001), "gpu", None,
+                                             cutlass=False)
+    assert {"inner": "cublas", "b_layout": "keep", "plan": "views"} in only_a
+    assert {"inner": "cublas", "b_layout": "kmajor", "plan": "views"} in only_a
+    # a declared catalogue: CUTLASS ranked for the padded problem, per B layout
+    configs, notes = repair_space.library_configs(p, "gpu", catalogue, cutlass=True)
+    ops = {(c["b_layout"], c["op"]) for c in configs if c["inner"] == "cutlass"}
+    assert ops == {("row", "op_rr"), ("kmajor", "op_rc")} and not notes
+    # no catalogue: cuBLAS only, and the reason noted
+    configs, notes = repair_space.library_configs(p, "gpu", None, cutlass=True)
+    assert all(c["inner"] == "cublas" for c in configs) and notes
+    # aligned problems, and jobs without the backend, get no repaired candidate
+    aligned = GEMM.library_plan(GemmProblem(1000, 3000, 2000), Policy(),
+                                ["cublas", "repaired"], "gpu", lambda _: None, seeds=6)
+    assert not any(b == "repaired" for b, _ in aligned.configs)
+    without = GEMM.library_plan(p, Policy(), ["cublas", "triton"], "gpu", lambda _: None, 6)
+    assert not any(b == "repaired" for b, _ in without.configs)
+
+
+# -- spaces and tuners ----------------------------------------------------------------------------
+LIMITS = DeviceLimits(sm_count=132)
+
+
+@pytest.mark.parametrize("index", [3, 4])
+def test_skinny_seeds_are_feasible_and_fit_the_sms(index: int) -> None:
+    p = shape(index)
+    seeds = skinny_space.seeds(p, 132)
+    assert seeds
+    barrier = [s for s in seeds if s["MODE"] == "barrier"]
+    assert barrier and all(not skinny_space.violations(p, s, LIMITS) for s in barrier)
+    too_wide = {**barrier[0], "SPLIT_K": barrier[0]["SPLIT_K"] * 4}
+    assert any("resident" in r for r in skinny_space.violations(p, too_wide, LIMITS))
+    assert not any("resident" in r for r in skinny_space.violations(
+        p, {**too_wide, "MODE": "two_launch"}, LIMITS))
+
+
+@pytest.mark.parametrize("index", [5, 6])
+def test_stream_k_seeds_are_feasible(index: int) -> None:
+    p = shape(index)
+    seeds = streamk_space.seeds(p)
+    assert seeds and all(not streamk_space.violations(p, s, LIMITS) for s in seeds)
+    assert seeds[0]["LOADS"] == "auto"
+    huge = {**seeds[0], "BLOCK_M": 256, "BLOCK_N": 256, "num_stages": 5, "num_warps": 4}
+    assert streamk_space.violations(p, huge, LIMITS)  # shared memory and registers
+
+
+def test_stream_k_seeds_shrink_to_small_problems() -> None:
+    p = GemmProblem(40, 48, 200)
+    legal = {c.name: c.values for c in streamk_space.space(p)}
+    for s in streamk_space.seeds(p):
+        assert all(s[k] in legal[k] for k in legal)
+
+
+@pytest.mark.parametrize("inner", repair_space.INNERS)
+def test_repair_seeds_name_their_inner_template_and_b_layout(inner: str) -> None:
+    p = GemmProblem(511, 1024, 4097)
+    seeds = repair_space.seeds(p, inner)
+    assert {s["INNER"] for s in seeds} == {inner}
+    assert [s["B_LAYOUT"] for s in seeds[:2]] == ["keep", "kmajor"]
+    assert all(not repair_space.violations(p, s, LIMITS) for s in seeds)
+    assert repair_space.violations(p, {**seeds[0], "B_LAYOUT": "row"}, LIMITS)
+    assert repair_space.violations(p, {**seeds[0], "INNER": "cutlass"}, LIMITS)
+
+
+@pytest.mark.parametrize("tier", hard_tiers.TIERS)
+def test_each_tiers_tuner_proposes_feasible_configs_of_its_space(tier: str, tmp_path) -> None:
+    p = {"skinny": shape(3), "stream_k": shape(5)}.get(tier, shape(2))
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    tuner = hard_tuner(url, p, "gpu", LIMITS, seed=0, tier=tier)
+    proposals = tuner.propose(6, lambda config: None)
+    assert len(proposals) == 6
+    for x in proposals:
+        config = dict(x.config)
+        if tier == "skinny":
+            assert not skinny_space.violations(p, config, LIMITS)
+        elif tier == "stream_k":
+            assert not streamk_space.violations(p, config, LIMITS) and config["LOADS"] == "auto"
+        else:
+            assert config["INNER"] == ("tiles" if tier == "repair" else "streamk")
+            assert not repair_space.violations(p, config, LIMITS)
+    with pytest.raises(ValueError, match="unknown tier"):
+        hard_tuner(url, p, "gpu", LIMITS, seed=0, tier="tiles")
