@@ -15,7 +15,8 @@ One role per module:
 - :mod:`~search.decision.stops`: the stop rules of the custom tiers and the CUTLASS search;
 - :mod:`~search.decision.planner`: the state machine, :func:`plan`, one function per stage;
 - :mod:`~search.decision.verdicts`: verdicts 1 and 2 and the library confirmation;
-- :mod:`~search.decision.rationale`: every sentence a decision carries.
+- :mod:`~search.decision.rationale`: every sentence a decision carries;
+- :mod:`~search.decision.savings`: the GPU-seconds a decision's early stops saved.
 
 Callers write ``from search import decision`` and ``decision.plan(ev)``.
 """
@@ -46,6 +47,7 @@ from search.decision.evidence import (
 )
 from search.decision.planner import plan
 from search.decision.policy import Bounds, Policy
+from search.decision.savings import early_stop_savings
 from search.decision.stops import (
     CUTLASS_SEARCH_MAX_GAIN,
     CutlassProgress,
@@ -58,5 +60,5 @@ __all__ = [
     "CUTLASS_SEARCH_MAX_GAIN", "Action", "Bounds", "Roles", "Calibrate", "CutlassProgress",
     "Decide", "Decision", "Evidence", "MeasureLibrary", "Pick", "Plan", "Policy", "Search",
     "Stage", "StopTier", "TierPlan", "TierProgress", "Trial", "Verdict", "Verification",
-    "Verify", "Wait", "cutlass_progress", "plan", "tier_progress",
+    "Verify", "Wait", "cutlass_progress", "early_stop_savings", "plan", "tier_progress",
 ]

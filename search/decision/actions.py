@@ -78,11 +78,16 @@ class Pick:
     spread_us: float = 0.0
     efficiency: float | None = None
     candidate_id: int | None = None
+    #: the precision it computes in when below the input's (None: the input precision) and
+    #: its measured relative error (the larger of its trial's and its re-check's)
+    precision: str | None = None
+    rel_error: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "config": dict(self.config),
                 "median_us": self.median_us, "spread_us": self.spread_us,
-                "efficiency": self.efficiency, "candidate_id": self.candidate_id}
+                "efficiency": self.efficiency, "candidate_id": self.candidate_id,
+                "precision": self.precision, "rel_error": self.rel_error}
 
 
 @dataclass(frozen=True)

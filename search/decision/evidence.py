@@ -22,17 +22,24 @@ class Roles:
     ``baseline``: the library kernel every speed-up is also stated against, and that another
     library pick is confirmed against. ``library_tier``: the tier of a search on the library
     side (its trials count as library), searching the ranked configurations of ``searched``.
-    The names are how the rationale writes them."""
+    The names are how the rationale writes them; ``labels``, how it writes a backend on the
+    job's device where the backend's name would mislead (GEMM's ``cublas`` on the CPU runs
+    torch's CPU matmul)."""
 
     baseline: str
     library_tier: str | None = None
     searched: str | None = None
     baseline_name: str = ""
     searched_name: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def label(self, backend: str) -> str:
+        """How the rationale writes ``backend`` on the job's device."""
+        return self.labels.get(backend, backend)
 
     @property
     def baseline_label(self) -> str:
-        return self.baseline_name or self.baseline
+        return self.labels.get(self.baseline) or self.baseline_name or self.baseline
 
     @property
     def searched_label(self) -> str:
@@ -70,6 +77,10 @@ class TierPlan:
     #: bound, e.g. split-K on a skinny shape); a tier that could not close the gap to the
     #: library even with that gain is skipped
     max_gain: float | None = None
+    #: the precision below the input's that the tier's kernels compute in (a policy allowed
+    #: it: ``Policy.allow``), ``None`` for the input precision; the roofline of a job with
+    #: such a tier applicable is the one of that precision's peak
+    precision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,10 @@ class Trial:
     p80_us: float | None = None
     gpu_s: float = 0.0
     compile_s: float = 0.0  # building its callables (a CUTLASS op not in the cache: nvcc)
+    #: ‖out − ref‖ / ‖ref‖ measured on its fresh inputs (None: not measured)
+    rel_error: float | None = None
+    #: the precision it computes in when below the input's (``ProblemKind.precision_of``)
+    precision: str | None = None
 
     @property
     def done(self) -> bool:
@@ -111,6 +126,8 @@ class Verification:
     error: str | None = None
     reference_id: int | None = None
     reference_us: tuple[float, ...] = ()
+    #: the custom contender's error on the verification's own fresh inputs
+    custom_rel_error: float | None = None
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ class _Situation:
 
     @cached_property
     def rf(self) -> Roofline | None:
-        return roofline(self.ev.problem, self.ev.calibration, self.ev.policy.allow_tf32)
+        return _roofline(self.ev)
 
     @cached_property
     def lib(self) -> Trial | None:
@@ -176,7 +176,7 @@ def _no_custom_tier(s: _Situation) -> Plan | None:
         return None
     if s.lib_pending:
         return s.then(Stage.LIBRARY, Wait("waiting for the library"))
-    return _keep_library(s, decide_no_custom(ev, s.rf, s.lib, s.lib_eff))
+    return _keep_library(s, decide_no_custom(ev, s.rf, s.lib))
 
 
 def _custom_tiers(s: _Situation) -> Plan | None:
@@ -296,9 +296,18 @@ def _first_wave_answers(ev: Evidence, first: set[tuple[str, str]], need_cal: boo
     measured = [t for t in ev.library if t.tier is None and _key(t.backend, t.config) in first]
     if len(measured) < len(first) or any(not t.done for t in measured) or need_cal:
         return True
-    rf = roofline(ev.problem, ev.calibration, ev.policy.allow_tf32)
+    rf = _roofline(ev)
     best = best_trial(measured)
     return bool(rf and best and _reaches(rf, best.median_us, ev.policy.threshold))
+
+
+def _roofline(ev: Evidence) -> Roofline | None:
+    """The job's roofline: at the peak of the fastest precision its kernels may compute in
+    (the input's, tf32 where allowed, and a lower one an applicable tier computes in because
+    the policy allows it: a bf16 library at its own peak is not sufficient when fp8 kernels
+    are allowed and could take half the time)."""
+    lower = tuple(t.precision for t in ev.tiers if t.applicable and t.precision)
+    return roofline(ev.problem, ev.calibration, ev.policy.allow_tf32, lower)
 
 
 def _reaches(rf: Roofline | None, us: float | None, threshold: float) -> bool:

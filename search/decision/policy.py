@@ -12,10 +12,22 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["Bounds", "Policy", "bounds_of"]
+from search.types import Measurement, Status
+
+__all__ = ["LOWER_PRECISIONS", "MAX_REL_ERROR", "Allowance", "Bounds", "Policy", "bounds_of"]
+
+#: Computation precisions below a problem's input precision that a policy may allow
+#: (``Policy.allow``); which problems a kind computes in them is the kind's to say
+#: (``ProblemKind.lowering_refusal``). tf32 for fp32 inputs predates this: ``allow_tf32``.
+LOWER_PRECISIONS = ("fp8_e4m3",)
+#: The most lenient bound a policy may set on a lowered kernel's relative error, and so the
+#: tolerance a worker checks a lowered kernel against before the job's own bound is applied
+#: (``Policy.judge``): an output whose error is 1 shares nothing with the product (zeros have
+#: that error), and one over 0.5 little more.
+MAX_REL_ERROR = 0.5
 
 
 @dataclass(frozen=True)
@@ -38,12 +50,37 @@ class Bounds:
 
 
 def _field(default: Any, doc: str, **bounds: float) -> Any:
+    """A field with its :class:`Bounds` (``dataclasses.MISSING``: a required field)."""
     return field(default=default, metadata={"bounds": Bounds(doc, **bounds)})
 
 
 def bounds_of(f: dataclasses.Field[Any]) -> Bounds:
     """The :class:`Bounds` of one of :class:`Policy`'s fields."""
     return f.metadata["bounds"]
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """What a policy allows of one lower precision: the largest relative error
+    (``‖out − ref‖_F / ‖ref‖_F`` against the float64 product of the problem's own inputs, on
+    fresh random inputs of the kind's stated distribution) a kernel computing in it may have."""
+
+    max_rel_error: float = _field(
+        dataclasses.MISSING,
+        "the largest relative error (Frobenius norm of the error over that of the float64 "
+        "product of the problem's own inputs, on fresh random inputs of the kind's stated "
+        "distribution) a kernel computing in this precision may have; over it, the kernel is "
+        "wrong_result", gt=0, le=MAX_REL_ERROR)
+
+    def __post_init__(self) -> None:
+        value = self.max_rel_error
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not bounds_of(dataclasses.fields(self)[0]).admits(value):
+            raise ValueError(f"max_rel_error={value!r} is out of range (over 0, at most "
+                             f"{MAX_REL_ERROR})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_rel_error": self.max_rel_error}
 
 
 @dataclass(frozen=True)
@@ -94,17 +131,68 @@ class Policy:
     confirm_library: bool = _field(
         True, "a decision that keeps the library re-measures its pick (when not cuBLAS, or "
               "within verify_margin of it) and cuBLAS interleaved, and the faster is the pick")
+    allow: Mapping[str, Allowance] = field(
+        default_factory=dict, hash=False, metadata={"bounds": Bounds(
+            "computation precisions below the input precision that kernels may use, each with "
+            "the largest relative error allowed, e.g. {\"fp8_e4m3\": {\"max_rel_error\": "
+            "0.03}}; known: " + ", ".join(LOWER_PRECISIONS) + " (default: none, the input "
+            "precision only)")})
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, bool):
+            if isinstance(value, bool) or f.name == "allow":
                 continue
             if not bounds_of(f).admits(value):
                 raise ValueError(f"policy.{f.name}={value!r} is out of range")
+        allow: dict[str, Allowance] = {}
+        for name, allowance in dict(self.allow).items():
+            if name not in LOWER_PRECISIONS:
+                raise ValueError(f"policy.allow.{name}: unknown precision {name!r}; one of "
+                                 f"{', '.join(LOWER_PRECISIONS)}")
+            if isinstance(allowance, Allowance):
+                allow[name] = allowance
+                continue
+            try:
+                allow[name] = Allowance(**dict(allowance))
+            except TypeError as exc:
+                raise ValueError(f"policy.allow.{name}: {exc}") from None
+            except ValueError as exc:
+                raise ValueError(f"policy.allow.{name}.max_rel_error: {exc}") from None
+        object.__setattr__(self, "allow", allow)
+
+    def bound(self, precision: str) -> float | None:
+        """The largest relative error allowed a kernel computing in ``precision`` (a lower
+        precision), ``None`` when the policy does not allow it."""
+        allowance = self.allow.get(precision)
+        return allowance.max_rel_error if allowance is not None else None
+
+    def judge(self, m: Measurement, precision: str | None) -> Measurement:
+        """``m``, a measurement of a kernel computing in ``precision``, as this policy judges
+        it. ``None`` (the input precision) and tf32 (``allow_tf32``) are judged by the
+        worker's tolerance alone: ``m`` unchanged. A lowered kernel (``LOWER_PRECISIONS``) was
+        checked by the worker against ``MAX_REL_ERROR`` only; timed, it is ``ok`` when its
+        error is within this policy's bound and ``wrong_result`` (its time and error kept) when
+        over it or not allowed at all. Used on every report and on every stored measurement a
+        job reuses, so one measured under another job's bound is judged again here."""
+        if precision not in LOWER_PRECISIONS or m.median_us is None or m.rel_error is None \
+                or m.status not in (Status.OK, Status.WRONG_RESULT):
+            return m
+        bound = self.bound(precision)
+        if bound is None:
+            return replace(m, status=Status.WRONG_RESULT,
+                           error=f"computes in {precision}, which the job's policy does not "
+                                 "allow (policy.allow)")
+        if m.rel_error <= bound:
+            return replace(m, status=Status.OK, error=None)
+        return replace(m, status=Status.WRONG_RESULT,
+                       error=f"rel_error {m.rel_error:.3g} over policy.allow.{precision}."
+                             f"max_rel_error {bound:.3g}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+        out = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        out["allow"] = {k: v.to_dict() for k, v in self.allow.items()}
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Policy:

@@ -58,27 +58,55 @@ def cutlass_exhausted(compile_s: float, budget_s: float) -> str:
 
 
 # -- the roofline and the library --------------------------------------------------------------
-def roofline(rf: Roofline | None) -> str:
+def _num(x: float) -> str:
+    """A rate as text: whole numbers from 100 up, else three significant digits (a CPU's
+    0.00281 TFLOP/s must not read as 0)."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def roofline(rf: Roofline | None, missing: str = "") -> str:
+    """The roofline (a clause); ``missing``: why there is none, when ``rf`` is None."""
     if rf is None:
-        return "no roofline (no device calibration, or none with a peak for these inputs)"
-    peak = f" at {rf.peak_tflops:.0f} TFLOP/s" if rf.peak_tflops else ""
+        return f"no roofline ({missing or 'no device calibration with a peak for these inputs'})"
+    peak = f" at {_num(rf.peak_tflops)} TFLOP/s" if rf.peak_tflops else ""
     if rf.peak_tflops and rf.peak_low_tflops and rf.peak_low_tflops < rf.peak_tflops * 0.995:
-        peak += f" (lowest calibration pass {rf.peak_low_tflops:.0f})"
-    bw = f" at {rf.bandwidth_gbs:.0f} GB/s" if rf.bandwidth_gbs else ""
+        peak += f" (lowest calibration pass {_num(rf.peak_low_tflops)})"
+    if rf.lowered_to:
+        peak += f", the {rf.lowered_to} peak: the policy allows it"
+    bw = f" at {_num(rf.bandwidth_gbs)} GB/s" if rf.bandwidth_gbs else ""
     return (f"{rf.bound}-bound: the roofline allows {rf.attainable_us:.1f} us "
             f"(compute {rf.compute_us:.1f} us{peak}, memory {rf.memory_us:.1f} us{bw})")
 
 
-def library_sufficient(rf: Roofline, lib: Trial, eff: float, threshold: float) -> str:
-    """Verdict 1: at or above the threshold, or within the calibration's noise of it."""
+def share(rf: Roofline | None, us: float) -> str:
+    """How a time stands against the roofline (a clause): its share of the attainable, at the
+    roofline when a little under it, and never a share when it is far under (the calibration
+    is then wrong for these inputs, and the kernel's efficiency unknown)."""
+    if rf is None:
+        return "no roofline to judge it by"
+    floor = rf.attainable_us
+    if rf.refuted_by(us):
+        return (f"{1 - us / floor:.0%} under the {floor:.1f} us the roofline allows: the "
+                "calibration underestimates this device for these inputs, so its efficiency "
+                "is unknown (refresh the calibration: POST /v1/calibrations/refresh)")
+    if rf.under_floor(us):
+        return (f"at the roofline ({1 - us / floor:.0%} under its {floor:.1f} us, within the "
+                "calibration's noise)")
+    return f"{floor / us:.0%} of the attainable"
+
+
+def library_sufficient(rf: Roofline, lib: Trial, eff: float, threshold: float,
+                       name: str) -> str:
+    """Verdict 1: at or above the threshold, or within the calibration's noise of it;
+    ``name``: how the library's backend is written on this device."""
     if eff >= threshold:
-        return (f"{roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us, "
-                f"{eff:.0%} of the attainable, at or above the {threshold:.0%} threshold: "
+        return (f"{roofline(rf)}; {name} takes {lib.median_us:.1f} us, "
+                f"{share(rf, lib.median_us)}, at or above the {threshold:.0%} threshold: "
                 "the library is sufficient and no custom kernel was tried.")
     high = rf.efficiency_at_low_peak(lib.median_us) or eff
-    return (f"{roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us, "
+    return (f"{roofline(rf)}; {name} takes {lib.median_us:.1f} us, "
             f"{eff:.1%} of the attainable, and {high:.1%} at the lowest peak a calibration "
-            f"pass measured ({rf.peak_low_tflops:.0f} TFLOP/s): the {threshold:.0%} "
+            f"pass measured ({_num(rf.peak_low_tflops or 0)} TFLOP/s): the {threshold:.0%} "
             "threshold lies within the calibration's own noise, a tie, which goes to the "
             "library: it is sufficient and no custom kernel was tried.")
 
@@ -101,13 +129,12 @@ def no_custom(custom_allowed: bool, inapplicable: Sequence[TierPlan]) -> str:
         f"{', '.join(names)}: {reason}" for reason, names in tiers_of.items()) + ")"
 
 
-def library_stands(rf: Roofline | None, lib: Trial | None, eff: float | None,
-                   why_no_custom: str) -> str:
-    if lib is None:
+def library_stands(rf: Roofline | None, lib: Trial | None, why_no_custom: str, name: str,
+                   missing: str = "") -> str:
+    if lib is None or lib.median_us is None:
         return f"no library candidate ran correctly and {why_no_custom}."
-    eff_text = f"{eff:.0%} of the attainable" if eff is not None else "efficiency unknown"
-    return (f"{roofline(rf)}; {lib.backend} takes {lib.median_us:.1f} us "
-            f"({eff_text}); {why_no_custom}, so the library stands.")
+    return (f"{roofline(rf, missing)}; {name} takes {lib.median_us:.1f} us "
+            f"({share(rf, lib.median_us)}); {why_no_custom}, so the library stands.")
 
 
 # -- the library confirmation ------------------------------------------------------------------
@@ -129,15 +156,17 @@ def confirmation(baseline: str, other: Trial, rounds: int, other_us: float,
 
 
 # -- after a custom search ---------------------------------------------------------------------
-def why_searched(lib: Trial | None, eff: float | None, threshold: float, forced: bool) -> str:
-    if lib is None:
+def why_searched(rf: Roofline | None, lib: Trial | None, threshold: float, forced: bool,
+                 name: str) -> str:
+    if lib is None or lib.median_us is None:
         return "no library candidate ran correctly (or none was allowed)."
-    eff_text = f"{eff:.0%} of the attainable" if eff is not None else "no roofline"
+    said = f"{name} takes {lib.median_us:.1f} us ({share(rf, lib.median_us)}"
     if forced:
-        return (f"{lib.backend} takes {lib.median_us:.1f} us ({eff_text}); the custom "
-                "stage was forced by the job's policy.")
-    return (f"{lib.backend} takes {lib.median_us:.1f} us ({eff_text}, under the "
-            f"{threshold:.0%} threshold), so custom kernels were searched.")
+        return f"{said}); the custom stage was forced by the job's policy."
+    eff = rf.efficiency(lib.median_us) if rf is not None else None
+    if eff is not None and eff < threshold:
+        said += f", under the {threshold:.0%} threshold"
+    return f"{said}), so custom kernels were searched."
 
 
 def tiers_ran(progress: Sequence[TierProgress]) -> str | None:
@@ -174,6 +203,19 @@ def verdict2(rounds: int, lib_us: float, custom_us: float, spread: float) -> str
         return (f"{head}, within the measured spread of {spread:.2f} us: a tie, which goes to "
                 "the library.")
     return f"{head}: the library is faster."
+
+
+def lowered(precision: str, rel_error: float | None, bound: float | None) -> str:
+    """The custom kernel computes in a lower precision the policy allows."""
+    err = f"{rel_error:.3g}" if rel_error is not None else "unknown"
+    within = f", within the policy's bound of {bound:.3g}" if bound is not None else ""
+    return (f"The custom kernel computes in {precision} (its inputs quantised inside the timed "
+            f"call): measured relative error {err}{within}.")
+
+
+def lowered_over_bound(precision: str, rel_error: float, bound: float) -> str:
+    return (f"On the verification's fresh inputs the custom kernel's error ({precision}) was "
+            f"{rel_error:.3g}, over the policy's bound of {bound:.3g}: the library is kept.")
 
 
 def verification_failed(v: Verification) -> str:

@@ -19,7 +19,7 @@ from search.decision import rationale
 from search.decision.actions import Decision, Pick
 from search.decision.evidence import Evidence, Trial, Verdict, Verification
 from search.decision.stops import CutlassProgress, TierProgress
-from search.roofline import Roofline
+from search.roofline import Roofline, missing_roofline
 
 __all__ = ["confirmed", "decide_after_search", "decide_library_sufficient", "decide_no_custom",
            "with_notes"]
@@ -36,10 +36,11 @@ def _spread(t: Trial) -> float:
 
 
 def _pick(t: Trial, rf: Roofline | None, median: float | None = None,
-          spread: float | None = None) -> Pick:
+          spread: float | None = None, rel_error: float | None = None) -> Pick:
     m = t.median_us if median is None else median
     return Pick(t.backend, dict(t.config), float(m), _spread(t) if spread is None else spread,
-                rf.efficiency(m) if rf else None, t.id)
+                rf.efficiency(m) if rf else None, t.id, t.precision,
+                t.rel_error if rel_error is None else rel_error)
 
 
 def _spend(ev: Evidence) -> dict[str, dict[str, float]]:
@@ -71,6 +72,13 @@ def _library_trials(ev: Evidence) -> tuple[dict[str, Any], ...]:
                  for t in sorted(ev.library, key=lambda t: t.id))
 
 
+def _missing(ev: Evidence) -> str:
+    """Why the job has no roofline (a clause for the rationale)."""
+    if ev.calibration is None and ev.calibration_failed:
+        return "the device's calibration failed"
+    return missing_roofline(ev.problem, ev.calibration, ev.policy.allow_tf32)
+
+
 def with_notes(ev: Evidence, cut: CutlassProgress | None, d: Decision) -> Decision:
     """``d`` with the library trials listed, the CUTLASS search (``cut``: its progress, when it
     ran) first among the searches, and the evidence's notes added to its rationale."""
@@ -90,7 +98,8 @@ def with_notes(ev: Evidence, cut: CutlassProgress | None, d: Decision) -> Decisi
 def decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial, eff: float,
                               held: int = 0) -> Decision:
     """The library reached the threshold (``held``: CUTLASS seeds left unmeasured)."""
-    why = rationale.library_sufficient(rf, lib, eff, ev.policy.threshold)
+    why = rationale.library_sufficient(rf, lib, eff, ev.policy.threshold,
+                                       ev.r.label(lib.backend))
     if held:
         why += " " + rationale.seeds_held(ev.r.searched_label, held,
                                           ev.policy.first_cutlass_seeds)
@@ -98,15 +107,14 @@ def decide_library_sufficient(ev: Evidence, rf: Roofline, lib: Trial, eff: float
                     _spend(ev), (), ev.policy.to_dict())
 
 
-def decide_no_custom(ev: Evidence, rf: Roofline | None, lib: Trial | None,
-                     eff: float | None) -> Decision:
+def decide_no_custom(ev: Evidence, rf: Roofline | None, lib: Trial | None) -> Decision:
     """No custom kernel can be searched (none allowed, or no tier applies): the library
     stands."""
     inapplicable = [t for t in ev.tiers if not t.applicable] if ev.custom_allowed else []
     skipped = tuple({"tier": t.name, "trials": 0, "ended": True,
                      "reason": rationale.tier_skipped(t)} for t in inapplicable)
-    why = rationale.library_stands(rf, lib, eff,
-                                   rationale.no_custom(ev.custom_allowed, inapplicable))
+    why = rationale.library_stands(rf, lib, rationale.no_custom(ev.custom_allowed, inapplicable),
+                                   ev.r.label(lib.backend) if lib else "", _missing(ev))
     return Decision(Verdict.LIBRARY_SUFFICIENT, why, _pick(lib, rf) if lib else None, None, rf,
                     1.0 if lib else None, False, _spend(ev), skipped, ev.policy.to_dict())
 
@@ -134,10 +142,9 @@ def decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,
         {"tier": t.name, "trials": 0, "ended": True, "reason": rationale.tier_skipped(t)}
         for t in ev.tiers if not t.applicable)
     spend = _spend(ev)
-    lib_eff = rf.efficiency(lib.median_us) if (rf and lib) else None
-    why = [rationale.roofline(rf) + ".",
-           rationale.why_searched(lib, lib_eff, pol.threshold,
-                                  forced=pol.force_custom or pol.full_search)]
+    why = [rationale.roofline(rf, _missing(ev)) + ".",
+           rationale.why_searched(rf, lib, pol.threshold, pol.force_custom or pol.full_search,
+                                  ev.r.label(lib.backend) if lib else "")]
     ran = rationale.tiers_ran(progress)
     if ran:
         why.append(ran)
@@ -148,8 +155,11 @@ def decide_after_search(ev: Evidence, rf: Roofline | None, lib: Trial | None,
         out = _Outcome(Verdict.LIBRARY_WINS_AFTER_SEARCH, _pick(lib, rf) if lib else None, None,
                        (rationale.no_custom_kernel(spend["custom"]["trials"]),))
     elif lib is None:
-        out = _Outcome(Verdict.CUSTOM_WINS, None, _pick(cus, rf),
-                       (rationale.only_custom(cus.median_us),))
+        said = (rationale.only_custom(cus.median_us),)
+        if cus.precision is not None:
+            said += (rationale.lowered(cus.precision, cus.rel_error,
+                                       pol.bound(cus.precision)),)
+        out = _Outcome(Verdict.CUSTOM_WINS, None, _pick(cus, rf), said)
     elif (v is not None and v.status == "ok" and (v.library_id, v.custom_id) == (lib.id, cus.id)
           and v.library_us and v.custom_us):
         out = _interleaved(ev, rf, lib, cus, v)
@@ -186,6 +196,17 @@ def _interleaved(ev: Evidence, rf: Roofline | None, lib: Trial, cus: Trial, v: V
     spread = max(ls, cs)
     said.append(rationale.verdict2(len(v.library_us), lm, cm, spread))
     verdict = (Verdict.CUSTOM_WINS if lm - cm > spread else Verdict.LIBRARY_WINS_AFTER_SEARCH)
+    if cus.precision is not None:
+        # a lowered kernel's error on the re-check's fresh inputs counts too
+        errors = [e for e in (cus.rel_error, v.custom_rel_error) if e is not None]
+        err = max(errors) if errors else None
+        cus_pick = replace(cus_pick, rel_error=err)
+        bound = ev.policy.bound(cus.precision)
+        if bound is not None and err is not None and err > bound:
+            said.append(rationale.lowered_over_bound(cus.precision, err, bound))
+            verdict = Verdict.LIBRARY_WINS_AFTER_SEARCH
+        elif verdict == Verdict.CUSTOM_WINS:
+            said.append(rationale.lowered(cus.precision, err, bound))
     return _Outcome(verdict, lib_pick, cus_pick, tuple(said), verified=True,
                     reference=reference)
 
@@ -203,8 +224,11 @@ def _on_search_medians(ev: Evidence, rf: Roofline | None, lib: Trial, cus: Trial
                         (rationale.too_far_behind(cus.median_us, lib.median_us),))
     spread = max(_spread(lib), _spread(cus))
     wins = lib.median_us - cus.median_us > spread
-    said = rationale.unverified(cus.median_us, lib.median_us, spread, custom_wins=wins)
-    return _Outcome(Verdict.CUSTOM_WINS if wins else keep, lib_pick, cus_pick, (said,))
+    said = (rationale.unverified(cus.median_us, lib.median_us, spread, custom_wins=wins),)
+    if wins and cus.precision is not None:
+        said += (rationale.lowered(cus.precision, cus.rel_error,
+                                   ev.policy.bound(cus.precision)),)
+    return _Outcome(Verdict.CUSTOM_WINS if wins else keep, lib_pick, cus_pick, said)
 
 
 # -- the library confirmation ------------------------------------------------------------------

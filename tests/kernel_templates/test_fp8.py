@@ -1,7 +1,8 @@
 """fp8 e4m3 with per-tensor scales: inputs, the dequantised float64 reference, the tolerance,
 and the two library backends through the registry (``cublas``: ``torch._scaled_mm``;
-``cutlass``: the CUTLASS kernel with alpha = scale_a * scale_b on the device). Triton has no fp8
-template and says so. The GPU tests run ``torch._scaled_mm`` and CUTLASS for real on sm_90."""
+``cutlass``: the CUTLASS kernel with alpha = scale_a * scale_b on the device). The Triton fp8
+template has its own tests (``test_fp8_template.py``). The GPU tests run ``torch._scaled_mm`` and
+CUTLASS for real on sm_90."""
 
 from __future__ import annotations
 
@@ -87,9 +88,10 @@ def test_served_rules_name_the_field() -> None:
         assert err.value.field == field
 
 
-def test_triton_refuses_fp8_with_the_reason() -> None:
-    with pytest.raises(Unsupported, match="triton has no fp8_e4m3 template"):
-        check_supported("triton", P)
+def test_triton_serves_fp8_through_its_fp8_template_within_the_served_rules() -> None:
+    check_supported("triton", P)  # kernel_templates/gemm/fp8.py (tests: test_fp8_template.py)
+    with pytest.raises(Unsupported, match="triton fp8 template cannot serve"):
+        check_supported("triton", GemmProblem(m=32, n=32, k=32, dtype="fp8_e4m3"))
 
 
 def test_cublas_refuses_an_fp8_layout_scaled_mm_cannot_run() -> None:

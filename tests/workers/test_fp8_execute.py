@@ -44,6 +44,11 @@ def test_a_kernel_that_ignores_the_scales_is_a_wrong_result(
     assert m.status == Status.WRONG_RESULT and m.rel_error is not None and m.rel_error > 0.5
 
 
-def test_triton_fp8_is_unsupported_with_the_reason() -> None:
-    m = run("triton", TILE)
-    assert m.status == Status.UNSUPPORTED and "no fp8_e4m3 template" in (m.error or "")
+def test_triton_fp8_runs_its_fp8_template_and_passes_the_check() -> None:
+    fp8_tile = {k: v for k, v in TILE.items() if k != "SPLIT_K"}
+    m = run("triton", fp8_tile)
+    assert m.status == Status.OK, m.error
+    assert m.rel_error is not None and 0 < m.rel_error <= 1e-2
+    # the tiled template's keys are not the fp8 template's: invalid, naming the key
+    bad = run("triton", TILE)
+    assert bad.status == Status.INVALID and "SPLIT_K" in (bad.error or "")

@@ -47,15 +47,20 @@ class GemmProblem:
     (the last index is contiguous), ``col`` column-major.
     """
 
-    m: int
-    n: int
-    k: int
-    batch: int = 1
-    dtype: str = "bf16"
-    out_dtype: str | None = None
-    acc_dtype: str = "fp32"
-    layout_a: str = "row"
-    layout_b: str = "row"
+    m: int = field(metadata={"help": "rows of A and C"})
+    n: int = field(metadata={"help": "columns of B and C"})
+    k: int = field(metadata={"help": "the reduction: columns of A, rows of B"})
+    batch: int = field(default=1, metadata={"help": "independent products"})
+    dtype: str = field(default="bf16", metadata={
+        "help": "dtype of A and B: bf16, fp16, fp32 or fp8_e4m3 (fp8: per-tensor scales, B "
+                "column-major, library kernels only)"})
+    out_dtype: str | None = field(default=None, metadata={
+        "help": "dtype of C (default: dtype; bf16 for fp8_e4m3)"})
+    acc_dtype: str = field(default="fp32", metadata={"help": "accumulation dtype"})
+    layout_a: str = field(default="row", metadata={"help": "A row- or column-major: row, col"})
+    layout_b: str = field(default="row", metadata={
+        "help": "B row- or column-major: row, col (a request without it: col for fp8_e4m3, "
+                "the one layout fp8 takes)"})
     kind: str = field(default="gemm", init=False)
 
     def __post_init__(self) -> None:

@@ -1,0 +1,229 @@
+"""Search space of the Triton fp8 e4m3 GEMM (``kernel_templates/gemm/fp8.py``): the ``fp8`` tier.
+
+One tier serves two kinds of problem:
+
+- **fp8 problems** (``dtype="fp8_e4m3"``): the operands are already fp8 with per-tensor scales;
+  the template multiplies them (TMA loads, ``tl.dot`` on fp8: wgmma on sm_90), applies
+  ``scale_a * scale_b`` in the epilogue and writes the output dtype.
+- **bf16/fp16 problems whose policy allows ``fp8_e4m3``** (``policy.allow``): a *lowered*
+  candidate. Its timed call does everything a user would: quantise A and B (fused amax, scale
+  and cast kernels, ``kernel_templates/gemm/fp8_quant.py``; per-row/per-column or per-tensor
+  scales, ``SCALES``), the fp8 product, the dequantised output in the problem's dtype. Its
+  configuration says so (``PRECISION``), and its error is judged against the policy's bound
+  (``search.decision.policy.Policy.judge``), not the input precision's tolerance.
+
+A configuration is a plain dict; every one this module emits is complete (``complete``)::
+
+    {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8,
+     "num_stages": 3, "PERSISTENT": 0, "num_ctas": 1, "FAST_ACC": 0, "TMA_STORE": 0}
+
+plus, for a lowered candidate, ``PRECISION``, ``SCALES`` and the quantisation kernels' tiles
+``Q_BLOCK_R``, ``Q_BLOCK_K``, ``Q_WARPS`` (searched like the product's).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from search.decision.evidence import TierPlan
+from search.kinds.gemm.cluster import cluster_violations
+from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
+from search.limits import DeviceLimits
+from search.optimizer import Choice
+
+__all__ = ["DEFAULTS", "LOWERED", "LOWERED_DEFAULTS", "PARAMS", "Q_PARAMS", "SCALES", "TIER",
+           "TIER_WEIGHT", "complete", "lowered", "params", "seeds", "space", "tier_plan",
+           "violations"]
+
+#: The tier's name (its trials run on the ``triton`` backend).
+TIER = "fp8"
+#: Its weight in the custom budget: the only tier of an fp8 problem, the last of a bf16 one.
+TIER_WEIGHT = 3.0
+#: The precision a lowered candidate computes in (``policy.allow`` names it).
+LOWERED = "fp8_e4m3"
+#: Input dtypes a lowered candidate quantises.
+LOWERED_FROM = ("bf16", "fp16")
+SCALES = ("row", "tensor")
+
+PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "PERSISTENT",
+          "num_ctas", "FAST_ACC", "TMA_STORE")
+#: The quantisation's keys (lowered candidates only).
+Q_PARAMS = ("SCALES", "Q_BLOCK_R", "Q_BLOCK_K", "Q_WARPS")
+#: Keys beyond ``PARAMS`` and the value each takes when absent.
+DEFAULTS: dict[str, Any] = {"PERSISTENT": 0, "num_ctas": 1, "FAST_ACC": 0, "TMA_STORE": 0}
+LOWERED_DEFAULTS: dict[str, Any] = {"PRECISION": LOWERED, "SCALES": "row", "Q_BLOCK_R": 4,
+                                    "Q_BLOCK_K": 512, "Q_WARPS": 4}
+#: Elements one quantisation program holds per step (fp32 registers: at 4 warps, 64 each).
+Q_MAX_TILE = 8192
+
+
+def lowered(problem: GemmProblem) -> bool:
+    """Whether the tier's candidates quantise ``problem``'s operands (a bf16/fp16 problem)
+    rather than multiply fp8 inputs (an fp8 problem)."""
+    return not problem.scaled
+
+
+def complete(config: dict[str, Any], is_lowered: bool) -> dict[str, Any]:
+    """``config`` with every key of the template, absent ones at their defaults (the lowered
+    keys only for a lowered candidate); given values are kept (the template validates them)."""
+    base = {**DEFAULTS, **(LOWERED_DEFAULTS if is_lowered else {})}
+    return {**base, **config}
+
+
+def params(problem: GemmProblem) -> tuple[str, ...]:
+    """The keys the tier searches for ``problem``."""
+    return (*PARAMS, *Q_PARAMS) if lowered(problem) else PARAMS
+
+
+def _up_to(values: tuple[int, ...], size: int) -> tuple[int, ...]:
+    bound = 1 << max(0, size - 1).bit_length()
+    return tuple(v for v in values if v <= bound) or values[:1]
+
+
+def space(problem: GemmProblem) -> tuple[Choice, ...]:
+    """The dimensions for ``problem``: tiles no larger than the problem (BLOCK_K at least 32,
+    the fp8 wgmma's K), persistence, 2-CTA clusters, the accumulation (``FAST_ACC``: 0 promotes
+    the tensor cores' partial sums into fp32 once per BLOCK_K, 1 keeps them in the tensor
+    cores throughout, as ``torch._scaled_mm(use_fast_accum=True)``), the output through TMA or
+    pointers and, lowered, the quantisation's scales and tiles."""
+    dims = [
+        Choice("BLOCK_M", _up_to((16, 32, 64, 128, 256), problem.m)),
+        Choice("BLOCK_N", _up_to((32, 64, 128, 256), problem.n)),
+        Choice("BLOCK_K", _up_to((32, 64, 128, 256), problem.k)),
+        Choice("GROUP_M", (1, 4, 8, 16)),
+        Choice("num_warps", (4, 8)),
+        Choice("num_stages", (2, 3, 4, 5, 6)),
+        Choice("PERSISTENT", (0, 1)),
+        Choice("num_ctas", (1, 2)),
+        Choice("FAST_ACC", (0, 1)),
+        Choice("TMA_STORE", (0, 1)),
+    ]
+    if lowered(problem):
+        dims += [Choice("SCALES", SCALES),  # type: ignore[arg-type]
+                 Choice("Q_BLOCK_R", (1, 2, 4, 8, 16, 32)),
+                 Choice("Q_BLOCK_K", (128, 256, 512, 1024, 2048)),
+                 Choice("Q_WARPS", (2, 4, 8))]
+    return tuple(dims)
+
+
+def smem_bytes(config: dict[str, Any]) -> int:
+    """Shared memory of the pipeline: ``num_stages`` one-byte A and B tiles."""
+    return config["num_stages"] * (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"]
+
+
+def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimits) -> list[str]:
+    """Every rule ``config`` breaks for ``problem`` under ``limits`` (empty: feasible)."""
+    out: list[str] = []
+    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+    for name, size, floor in (("BLOCK_M", problem.m, 16), ("BLOCK_N", problem.n, 32),
+                              ("BLOCK_K", problem.k, 32)):
+        value = config[name]
+        if value > floor and value >= 2 * (1 << max(0, size - 1).bit_length()):
+            out.append(f"{name}={value} is over twice {name[-1].lower()}={size} rounded up to "
+                       "a power of two")
+    smem = smem_bytes(config)
+    if smem > limits.smem_per_block:
+        out.append(f"shared memory {smem} B for {config['num_stages']} stages is over the "
+                   f"device limit {limits.smem_per_block} B")
+    threads = 32 * config["num_warps"]
+    # FAST_ACC=0 keeps a second accumulator for the tensor cores' partial sums.
+    acc = bm * bn * (1 if config.get("FAST_ACC", 0) else 2) // threads
+    if acc > 256:
+        out.append(f"accumulators {bm}x{bn}{'' if config.get('FAST_ACC', 0) else ' (x2)'} "
+                   f"need {acc} fp32 registers per thread with num_warps={config['num_warps']} "
+                   "(limit 256)")
+    if bm * bn < 4 * threads:
+        out.append(f"tile {bm}x{bn} is too small for {config['num_warps']} warps")
+    # the A the template loads through TMA (an fp8 problem's, or the quantised copy of a
+    # lowered one) is row-major whatever the problem's layout: clusters are allowed
+    # (tests/gpu/test_clusters.py checks them)
+    out += cluster_violations(problem, config, tma_a=False)
+    row_bytes = problem.n * DTYPE_BYTES[problem.out_dtype or "bf16"]
+    if config.get("TMA_STORE", 0) and row_bytes % 16:
+        out.append(f"TMA_STORE=1 needs 16-byte output rows; n={problem.n} gives {row_bytes} B")
+    if lowered(problem):
+        tile = config["Q_BLOCK_R"] * config["Q_BLOCK_K"]
+        if tile > Q_MAX_TILE:
+            out.append(f"quantisation tile {config['Q_BLOCK_R']}x{config['Q_BLOCK_K']} is over "
+                       f"{Q_MAX_TILE} elements")
+        if config["Q_BLOCK_K"] >= 2 * (1 << max(0, problem.k - 1).bit_length()) \
+                and config["Q_BLOCK_K"] > 128:
+            out.append(f"Q_BLOCK_K={config['Q_BLOCK_K']} is over twice k={problem.k} rounded up "
+                       "to a power of two")
+    return out
+
+
+def tier_plan(problem: GemmProblem, *, mode: str, cc: str, allowed: dict[str, float]
+              ) -> TierPlan:
+    """Whether the tier applies to ``problem`` on this device under a policy allowing
+    ``allowed`` (precision -> the largest relative error), and why."""
+    device_ok = mode == "interpreter" or (mode == "cuda" and cc.split(".")[0].isdigit()
+                                          and int(cc.split(".")[0]) >= 9)
+    why_device = f"needs sm_90 (TMA, fp8 wgmma); this device is {mode} cc {cc or '?'}"
+    if problem.scaled:
+        if not device_ok:
+            return TierPlan(TIER, TIER_WEIGHT, False, why_device)
+        return TierPlan(TIER, TIER_WEIGHT, True, "fp8 inputs: the Triton fp8 template")
+    if LOWERED not in allowed:
+        return TierPlan(TIER, TIER_WEIGHT, False,
+                        f"the job's policy allows no {LOWERED} computation")
+    why_not = lowering_refusal(problem)
+    if why_not:
+        return TierPlan(TIER, TIER_WEIGHT, False, why_not)
+    if not device_ok:
+        return TierPlan(TIER, TIER_WEIGHT, False, why_device)
+    return TierPlan(TIER, TIER_WEIGHT, True,
+                    f"{LOWERED} allowed by the policy up to a relative error of "
+                    f"{allowed[LOWERED]:.3g}: quantised {problem.dtype} inputs, an fp8 product, "
+                    f"a {problem.out_dtype} output, timed together", precision=LOWERED)
+
+
+def lowering_refusal(problem: GemmProblem) -> str | None:
+    """Why no backend computes ``problem`` in fp8 e4m3 (``None``: the fp8 tier can)."""
+    if problem.scaled:
+        return f"{LOWERED} is this problem's input precision, always allowed"
+    if problem.dtype not in LOWERED_FROM:
+        return (f"{problem.dtype} inputs are not quantised to {LOWERED} (only "
+                f"{', '.join(LOWERED_FROM)})")
+    if problem.batch != 1:
+        return f"{LOWERED} computation serves batch 1 only, got batch {problem.batch}"
+    if problem.out_dtype not in ("bf16", "fp16", "fp32"):
+        return f"{LOWERED} computation writes bf16, fp16 or fp32, not {problem.out_dtype}"
+    return None
+
+
+_BIG = [
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=4),
+    dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4),
+]
+_SMALL = [
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4),
+    dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4),
+    dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4),
+    dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=3),
+]
+
+
+def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
+    """Starting points (the Triton tutorials' fp8 tiles: 128x256x128 with 8 warps for large
+    shapes, smaller tiles for small ones), each with fp32 accumulation and with the tensor
+    cores' fast accumulation, tiled and persistent. Complete configurations within the space."""
+    big = problem.m * problem.n >= 132 * 128 * 128
+    ordered = _BIG + _SMALL if big else _SMALL + _BIG
+    out: list[dict[str, Any]] = []
+    for base in ordered:
+        for extra in (dict(PERSISTENT=0, FAST_ACC=0), dict(PERSISTENT=1, FAST_ACC=1, TMA_STORE=1),
+                      dict(PERSISTENT=1, FAST_ACC=0, TMA_STORE=1), dict(PERSISTENT=0, FAST_ACC=1)):
+            out.append({**base, **extra})
+    legal = {c.name: set(c.values) for c in space(problem)}
+    is_lowered = lowered(problem)
+    if is_lowered:  # whole rows of K in one or a few steps, never a tile over twice K
+        q_k = max(128, min(512, 1 << max(0, problem.k - 1).bit_length()))
+        out = [{**s, "Q_BLOCK_K": q_k} for s in out]
+    done = [complete(s, is_lowered) for s in out]
+    fits = DeviceLimits()  # an H100's: the seeds are what fits there
+    return [s for s in done if all(s[p] in legal[p] for p in params(problem))
+            and not violations(problem, s, fits)][:12]

@@ -1,0 +1,228 @@
+"""The Triton fp8 template and its quantisation kernels (``kernel_templates/gemm/fp8.py``,
+``fp8_quant.py``), in the interpreter on a CPU (the GPU runs the same checks on real shapes in
+``tests/gpu/test_fp8_gpu.py``).
+
+The quantisation is checked bit for bit against a torch quantiser written from its definition
+(per-row or per-tensor amax, ``scale = amax / 448``, round to nearest even); the product against
+the float64 product of the inputs it saw (fp8 problems) or of the dequantised copies it made
+(lowered candidates), so dropping a scale, a K tile or the quantisation itself fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from kernel_templates.errors import InvalidConfig, Unsupported
+from kernel_templates.gemm.fp8 import lowered_matmul, scaled_matmul
+from kernel_templates.gemm.fp8_config import check_config
+from kernel_templates.gemm.fp8_quant import quantise
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import (
+    FP8_TOLERANCE,
+    reference_for,
+    rel_error,
+    tolerance_for,
+)
+from kernel_templates.registry import make_callable, static_violations
+from search.decision.policy import MAX_REL_ERROR
+from search.kinds.gemm import fp8_space
+from search.kinds.gemm.spec import GemmProblem
+from search.types import Candidate
+from workers.execute import execute
+
+F8 = torch.float8_e4m3fn
+LAY = {"r": "row", "c": "col"}
+SMALL = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=2)
+QUANT = dict(PRECISION="fp8_e4m3", SCALES="row", Q_BLOCK_R=4, Q_BLOCK_K=32, Q_WARPS=4)
+
+
+def torch_quantise(x: torch.Tensor, scales: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The definition: amax per row (or of the tensor), scale = amax / 448, values times
+    448 / amax rounded to the nearest e4m3 (torch's cast rounds to nearest even). Divisions
+    are tensor by tensor: torch computes ``448.0 / t`` as a reciprocal times 448, an ulp off."""
+    x = x.float()
+    amax = x.abs().amax(dim=1) if scales == "row" else x.abs().amax().reshape(1)
+    nonzero = amax > 0
+    ones = torch.ones_like(amax)
+    scale = torch.where(nonzero, amax / torch.full_like(amax, 448.0), ones)
+    inv = torch.where(nonzero, torch.full_like(amax, 448.0) / torch.where(nonzero, amax, ones),
+                      ones)
+    y = x * (inv[:, None] if scales == "row" else inv)
+    return y.clamp(-448, 448).to(F8), scale
+
+
+def _operand(r: int, k: int, transposed: bool, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    if transposed:
+        return torch.randn(k, r, generator=g).to(dtype).T
+    return torch.randn(r, k, generator=g).to(dtype)
+
+
+# -- quantisation -------------------------------------------------------------------------------
+@pytest.mark.parametrize("scales", ["row", "tensor"])
+@pytest.mark.parametrize(("r", "k", "transposed"), [(37, 100, False), (64, 96, True),
+                                                    (5, 33, False), (1, 16, True)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_quantisation_is_bitwise_the_definition(scales: str, r: int, k: int, transposed: bool,
+                                                dtype: torch.dtype) -> None:
+    x = _operand(r, k, transposed, dtype, seed=r + k)
+    if r > 2:
+        x[1] = 0  # an all-zero row: scale 1, zeros
+        x[2, 3] = 1e-3 * float(x[2].abs().max())  # lands among e4m3's subnormals
+    q, s = quantise(x, scales, block_r=4, block_k=32, num_warps=4)
+    want_q, want_s = torch_quantise(x, scales)
+    assert q.dtype == F8 and tuple(q.shape) == (r, k) and q.stride(1) == 1
+    assert q.stride(0) % 16 == 0  # 16-byte rows: TMA can describe them
+    assert torch.equal(s, want_s)
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+
+
+def test_quantisation_uses_the_whole_e4m3_range_and_dequantises_close() -> None:
+    x = _operand(16, 256, False, torch.bfloat16, seed=1) * 1000  # amax far over 448
+    for scales in ("row", "tensor"):
+        q, s = quantise(x, scales, block_r=8, block_k=64, num_warps=4)
+        back = q.float() * (s[:, None] if scales == "row" else s)
+        assert float(q.float().abs().max()) == 448.0
+        # e4m3 keeps 3 mantissa bits: a relative rounding error of at most 2**-4 per value
+        assert rel_error(back, x) < 2.0**-4
+
+
+def test_per_row_scales_are_per_row() -> None:
+    """A row 1e5 times larger than the rest: per-tensor scales push the others among the
+    subnormals (large error), per-row scales keep every row at e4m3's relative precision."""
+    x = _operand(32, 128, False, torch.bfloat16, seed=2)
+    x[0] *= 1e5
+    errors = {}
+    for scales in ("row", "tensor"):
+        q, s = quantise(x, scales, block_r=4, block_k=64, num_warps=4)
+        back = q.float() * (s[:, None] if scales == "row" else s)
+        errors[scales] = rel_error(back[1:], x[1:])
+    assert errors["row"] < 0.03 < errors["tensor"]
+
+
+# -- the fp8 problem's product ------------------------------------------------------------------
+VARIANTS = [{}, {"PERSISTENT": 1}, {"TMA_STORE": 1}, {"FAST_ACC": 1}, {"num_ctas": 2},
+            {"PERSISTENT": 1, "TMA_STORE": 1, "GROUP_M": 1}]
+
+
+@pytest.mark.parametrize("extra", VARIANTS, ids=lambda e: ",".join(f"{k}={v}" for k, v in
+                                                                  e.items()) or "plain")
+@pytest.mark.parametrize(("m", "n", "k", "out"), [(40, 48, 96, "bf16"), (64, 32, 64, "fp32"),
+                                                  (33, 80, 160, "fp16")])
+def test_fp8_problems_are_multiplied_with_their_scales(extra: dict[str, Any], m: int, n: int,
+                                                       k: int, out: str) -> None:
+    p = GemmProblem(m=m, n=n, k=k, dtype="fp8_e4m3", out_dtype=out, layout_b="col")
+    inp = make_inputs(p, "cpu", m + k)
+    assert inp.scale_a is not None and inp.scale_b is not None
+    cfg = {**SMALL, **extra}
+    if extra.get("TMA_STORE") and (n * inp.out.element_size()) % 16:
+        pytest.skip("TMA_STORE needs 16-byte output rows")
+    scaled_matmul(inp.a, inp.b, inp.scale_a, inp.scale_b, cfg, inp.out)  # NaN-poisoned out
+    err = rel_error(inp.out, reference_for(inp))  # inf if an element was left NaN
+    # fp8 inputs are exact: what remains is the output's rounding
+    assert err <= {"bf16": 6e-3, "fp16": 1e-3, "fp32": 1e-5}[out]
+    assert err <= FP8_TOLERANCE
+
+
+def test_the_fp8_template_refuses_what_it_cannot_describe() -> None:
+    p = GemmProblem(m=32, n=32, k=40, dtype="fp8_e4m3", layout_b="col")  # k % 16 != 0
+    inp = make_inputs(p, "cpu", 0)
+    assert inp.scale_a is not None and inp.scale_b is not None
+    with pytest.raises(Unsupported, match="TMA"):
+        scaled_matmul(inp.a, inp.b, inp.scale_a, inp.scale_b, SMALL, inp.out)
+
+
+# -- lowered: a bf16/fp16 product computed in fp8 -----------------------------------------------
+@pytest.mark.parametrize("layouts", ["rr", "rc", "cr", "cc"])
+@pytest.mark.parametrize("scales", ["row", "tensor"])
+def test_a_lowered_product_is_the_product_of_the_quantised_inputs(layouts: str,
+                                                                  scales: str) -> None:
+    p = GemmProblem(m=40, n=48, k=100, dtype="bf16", layout_a=LAY[layouts[0]],
+                    layout_b=LAY[layouts[1]])
+    inp = make_inputs(p, "cpu", 3)
+    cfg = {**SMALL, **QUANT, "SCALES": scales, "PERSISTENT": 1}
+    lowered_matmul(inp.a, inp.b, cfg, inp.out)
+    qa, sa = torch_quantise(inp.a, scales)
+    qb, sb = torch_quantise(inp.b.T, scales)
+    da = qa.double() * (sa[:, None] if scales == "row" else sa).double()
+    db = qb.double() * (sb[:, None] if scales == "row" else sb).double()
+    quantised = da @ db.T
+    # against the product it computed: only the bf16 output rounding is left
+    assert rel_error(inp.out, quantised) < 6e-3
+    # against the exact product of the bf16 inputs: e4m3's rounding of both operands, about
+    # 2 x 2.6% in quadrature for normal inputs (docs/benchmarks/fp8_error_cpu_2026-11-24.md)
+    exact = rel_error(inp.out, reference_for(inp))
+    assert 0.02 < exact < 0.06
+
+
+def test_fp16_outputs_and_inputs_lower_too() -> None:
+    p = GemmProblem(m=24, n=40, k=64, dtype="fp16", out_dtype="fp32")
+    inp = make_inputs(p, "cpu", 5)
+    lowered_matmul(inp.a, inp.b, {**SMALL, **QUANT}, inp.out)
+    assert 0.01 < rel_error(inp.out, reference_for(inp)) < 0.06
+
+
+def test_lowered_candidates_through_the_registry_and_the_worker() -> None:
+    p = GemmProblem(m=64, n=48, k=80, dtype="fp16")
+    config = fp8_space.seeds(p)[0]
+    assert config["PRECISION"] == "fp8_e4m3" and tolerance_for(p, config) == MAX_REL_ERROR
+    assert static_violations(Candidate(p, "triton", config), "interpreter", 0) == []
+    inp = make_inputs(p, "cpu", 1)
+    make_callable(Candidate(p, "triton", config), inp)()
+    assert rel_error(inp.out, reference_for(inp)) < 0.06
+    res = execute({"backend": "triton", "config": config, "problem": p.to_dict()},
+                  {"interpret": True, "seed": 1, "interpreter_reps": 1})
+    assert res["status"] == "ok" and 0.02 < res["rel_error"] < 0.06
+
+
+def test_a_lowered_kernel_that_drops_a_scale_is_a_wrong_result(monkeypatch: Any) -> None:
+    """What the worker reports when a lowered kernel forgets to dequantise: its error is far
+    over even the most lenient bound a policy may set."""
+    from kernel_templates.gemm import fp8
+
+    real = fp8.fp8_gemm
+
+    def unscaled(qa: Any, qb: Any, sa: Any, sb: Any, cfg: Any, out: Any) -> Any:
+        return real(qa, qb, torch.ones_like(sa), sb, cfg, out)
+
+    monkeypatch.setattr(fp8, "fp8_gemm", unscaled)
+    p = GemmProblem(m=32, n=32, k=64, dtype="bf16")
+    res = execute({"backend": "triton", "config": {**SMALL, **QUANT}, "problem": p.to_dict()},
+                  {"interpret": True, "seed": 2, "interpreter_reps": 1})
+    assert res["status"] == "wrong_result" and res["rel_error"] > MAX_REL_ERROR
+
+
+# -- configurations -----------------------------------------------------------------------------
+@pytest.mark.parametrize(("config", "lowered", "words"), [
+    ({**SMALL, "BLOCK_K": 16}, False, "BLOCK_K"),
+    ({**SMALL, "BLOCK_M": 48}, False, "power of two"),
+    ({**SMALL, "FAST_ACC": 2}, False, "FAST_ACC"),
+    ({**SMALL, "num_ctas": 4}, False, "num_ctas"),
+    ({**SMALL, "PERSISTENT": True}, False, "PERSISTENT"),
+    ({**SMALL, **QUANT}, False, "unknown config keys"),  # an fp8 problem is not quantised
+    ({**SMALL, **QUANT, "PRECISION": "fp4"}, True, "PRECISION"),
+    ({**SMALL, **QUANT, "SCALES": "block"}, True, "SCALES"),
+    ({**SMALL, **QUANT, "Q_BLOCK_K": 8}, True, "Q_BLOCK_K"),
+    ({**SMALL, **QUANT, "Q_WARPS": 3}, True, "Q_WARPS"),
+    ({k: v for k, v in SMALL.items() if k != "num_stages"}, False, "lacks"),
+])
+def test_bad_configs_are_refused_before_anything_compiles(config: dict[str, Any],
+                                                          lowered: bool, words: str) -> None:
+    with pytest.raises(InvalidConfig, match=words):
+        check_config(config, lowered)
+
+
+def test_a_config_is_completed_with_the_spaces_defaults() -> None:
+    cfg = check_config(dict(SMALL), lowered=False)
+    assert {k: cfg[k] for k in fp8_space.DEFAULTS} == fp8_space.DEFAULTS
+    low = check_config({**SMALL, "PRECISION": "fp8_e4m3"}, lowered=True)
+    assert {k: low[k] for k in fp8_space.LOWERED_DEFAULTS} == fp8_space.LOWERED_DEFAULTS
+
+
+def test_lowering_refuses_fp32_inputs() -> None:
+    p = GemmProblem(m=16, n=32, k=32, dtype="fp32")
+    inp = make_inputs(p, "cpu", 0)
+    with pytest.raises(Unsupported, match="bf16 or fp16"):
+        lowered_matmul(inp.a, inp.b, {**SMALL, **QUANT}, inp.out)
