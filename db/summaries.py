@@ -1,0 +1,59 @@
+"""Repository of the running totals per problem and GPU model (``tuning_summaries``).
+
+Each stored measurement adds itself in the same transaction (an upsert: SQLite and Postgres
+both have ``INSERT ... ON CONFLICT DO UPDATE``), so the totals never disagree with the
+measurements; :func:`rebuild` recomputes them from scratch in one ``INSERT ... SELECT`` (the
+migration's backfill, and a bulk load that wrote measurements directly).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import case, delete, func, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from db.models import MeasurementRow, SummaryRow
+from search.types import Status
+
+_S = SummaryRow.__table__
+
+
+def add(session: Session, problem_id: int, gpu_model: str, *, kernel: bool, ok: bool,
+        gpu_s: float, now: datetime) -> None:
+    """Count one measurement (``kernel``: of a kernel, not a task) into its totals."""
+    values = {"problem_id": problem_id, "gpu_model": gpu_model, "trials": int(kernel),
+              "failed": int(kernel and not ok), "gpu_s": float(gpu_s), "first_at": now,
+              "last_at": now}
+    dialect = session.get_bind().dialect.name
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    if dialect not in ("postgresql", "sqlite"):
+        raise NotImplementedError(f"tuning_summaries upsert on {dialect}")
+    stmt = module.insert(_S).values(**values)
+    new = stmt.excluded
+    session.execute(stmt.on_conflict_do_update(
+        index_elements=[_S.c.problem_id, _S.c.gpu_model],
+        set_={"trials": _S.c.trials + new.trials, "failed": _S.c.failed + new.failed,
+              "gpu_s": _S.c.gpu_s + new.gpu_s,
+              "last_at": case((_S.c.last_at < new.last_at, new.last_at), else_=_S.c.last_at)}))
+
+
+def rebuild(session: Session) -> int:
+    """Recompute every total from the measurements; returns how many rows it wrote."""
+    m = MeasurementRow
+    kernel = m.task.is_(None)
+    source = (select(m.problem_id, m.gpu_model,
+                     func.coalesce(func.sum(case((kernel, 1), else_=0)), 0),
+                     func.coalesce(func.sum(case((kernel & (m.status != Status.OK.value), 1),
+                                                 else_=0)), 0),
+                     func.coalesce(func.sum(func.coalesce(m.compile_s, 0.0)
+                                            + func.coalesce(m.bench_s, 0.0)), 0.0),
+                     func.min(m.created_at), func.max(m.created_at))
+              .group_by(m.problem_id, m.gpu_model))
+    session.execute(delete(SummaryRow))
+    session.execute(insert(SummaryRow).from_select(
+        ["problem_id", "gpu_model", "trials", "failed", "gpu_s", "first_at", "last_at"],
+        source))
+    return int(session.scalar(select(func.count()).select_from(SummaryRow)) or 0)
