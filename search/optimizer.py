@@ -17,11 +17,14 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 import optuna
+import sqlalchemy
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
+from sqlalchemy.engine import make_url
 
 from search.types import Measurement, config_key
 
@@ -75,11 +78,44 @@ def storage_for(url: str) -> optuna.storages.RDBStorage:
     """One RDB storage per database URL and process (creating one checks the schema)."""
     with _storages_lock:
         if url not in _storages:
+            # as db.engine: a lock waited on (SQLite) or a connection opened (Postgres) for a
+            # bounded time, so an outage is an error the service answers, not a hang
+            query = make_url(url).query
             kwargs: dict[str, Any] = {"pool_pre_ping": True}
             if url.startswith("sqlite"):
-                kwargs = {"connect_args": {"timeout": 30}}
-            _storages[url] = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+                kwargs = {"connect_args": {"timeout": float(query.get("timeout", 30))}}
+            elif "connect_timeout" not in query:
+                kwargs["connect_args"] = {"connect_timeout": 5}
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+            if url.startswith("sqlite"):
+                _serialize_sqlite(storage.engine)
+            _storages[url] = storage
         return _storages[url]
+
+
+def _serialize_sqlite(engine: sqlalchemy.Engine) -> None:
+    """Every Optuna transaction on SQLite takes the write lock at its start (``BEGIN
+    IMMEDIATE``), as the service's own do (``db.engine``). Optuna hands out an enqueued trial
+    by reading it as waiting and then marking it running; on Postgres the read locks the row
+    (``FOR UPDATE``), on SQLite only this makes the two steps one, so that two API processes
+    on one SQLite file never hand out the same trial."""
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # SQLAlchemy's "begin" below opens them
+
+    @sqlalchemy.event.listens_for(engine, "begin")
+    def _on_begin(conn: sqlalchemy.Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # the connections opened so far were not configured
+
+
+def create_storage_tables(url: str) -> None:
+    """Create Optuna's tables and version row in the database at ``url`` (if missing)."""
+    storage = optuna.storages.RDBStorage(url)
+    storage.remove_session()
+    storage.engine.dispose()
 
 
 def close_storages() -> None:
@@ -130,6 +166,14 @@ class StudyTuner:
         time): the configuration may be proposed again later."""
         if self._state(trial_number) == TrialState.RUNNING:
             self._study.tell(trial_number, state=TrialState.PRUNED)
+
+    def stale_running(self, older_than_s: float) -> list[int]:
+        """Trials asked more than ``older_than_s`` seconds ago and not told yet: in flight, or
+        left behind by a service process that died between asking and storing or telling."""
+        cutoff = datetime.now() - timedelta(seconds=older_than_s)  # Optuna's times are local
+        return [t.number for t in self._study.get_trials(deepcopy=False,
+                                                         states=(TrialState.RUNNING,))
+                if t.datetime_start is not None and t.datetime_start < cutoff]
 
     def best(self) -> tuple[dict[str, Any], float] | None:
         feasible = [t for t in self._study.get_trials(deepcopy=False,

@@ -4,11 +4,17 @@ The loop talks to the service over HTTP only (``service.client``); it never touc
 database. Each measurement is reported as soon as it exists, so a crash of the worker loses at
 most the candidate in flight (its lease expires and the service hands it out again). A report
 that cannot be delivered is kept and retried before the next lease.
+
+While the service is unreachable or answers 5xx/429 (restarting, its database down) the loop
+waits with jittered exponential back-off (``service.client.backoff``, from ``poll_s`` up to
+``max_backoff_s``) and goes on: registering, leasing and delivering kept reports alike. A worker
+the service no longer knows (404 on lease) registers again.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import socket
 import threading
 import time
@@ -17,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from search.types import Candidate, Device, Measurement
-from service.client import KernelSearchClient, KernelSearchConnectionError, KernelSearchError
+from service.client import KernelSearchClient, KernelSearchError, backoff, retryable
 
 log = logging.getLogger("kernelsearch.worker")
 
@@ -41,7 +47,8 @@ class WorkerLoop:
     def __init__(self, client: KernelSearchClient, runner: Runner, device: Device, *,
                  name: str | None = None, batch: int = 8, poll_s: float = 1.0,
                  on_result: Callable[[Candidate, Measurement], None] | None = None,
-                 catalogues: dict[str, dict[str, Any]] | None = None) -> None:
+                 catalogues: dict[str, dict[str, Any]] | None = None,
+                 max_backoff_s: float = 30.0, rng: random.Random | None = None) -> None:
         self.client = client
         #: declared at registration, by ``"<kind>/<backend>"`` (``workers.device.catalogues``)
         self.catalogues = dict(catalogues or {})
@@ -50,6 +57,8 @@ class WorkerLoop:
         self.name = name or socket.gethostname()
         self.batch = batch
         self.poll_s = poll_s
+        self.max_backoff_s = max(poll_s, max_backoff_s)
+        self._rng = rng
         self.on_result = on_result
         self.stats = WorkerStats()
         self.worker_id: int | None = None
@@ -64,19 +73,34 @@ class WorkerLoop:
 
     def run(self, stop: threading.Event | None = None, idle_exit_s: float | None = None) -> None:
         stop = stop or threading.Event()
-        if self.worker_id is None:
-            self.register()
         idle_since = time.monotonic()
+        failures = 0  # consecutive attempts the service could not answer
         while not stop.is_set():
-            self._flush_unsent()
             try:
-                if self.run_once(stop):
-                    idle_since = time.monotonic()
+                if self.worker_id is None:
+                    self.register()
+                self._flush_unsent()
+                worked = self.run_once(stop)
+            except KernelSearchError as exc:
+                if exc.status_code == 404 and self.worker_id is not None:
+                    # The service lost track of this worker (a new database): register again.
+                    log.warning("the service does not know worker %s: registering again (%s)",
+                                self.worker_id, exc)
+                    self.worker_id = None
                     continue
-            except KernelSearchConnectionError as exc:
-                # The service is down or restarting: the lease (if any) will expire and its
-                # candidates go back to the queue; keep asking.
-                log.warning("service unreachable, retrying: %s", exc)
+                if not retryable(exc):
+                    raise
+                # The service is down, restarting or without its database: leases held now
+                # expire on their own and their candidates go back to the queue; keep asking.
+                wait = backoff(failures, self.poll_s, self.max_backoff_s, self._rng)
+                failures += 1
+                log.warning("service unavailable (%s); retrying in %.1f s", exc, wait)
+                stop.wait(wait)
+                continue
+            failures = 0
+            if worked:
+                idle_since = time.monotonic()
+                continue
             if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
                 return
             stop.wait(self.poll_s)
@@ -90,6 +114,8 @@ class WorkerLoop:
             return False
         self.stats.leased += len(candidates)
         lease_id = str(lease["lease_id"])
+        log.info("lease %s: candidates %s (earlier attempts %s)", lease_id,
+                 [c.id for c in candidates], [c.get("attempts", 0) for c in lease["candidates"]])
         expired = threading.Event()
         beat = _Heartbeat(self.client, self.worker_id, lease_id,
                           float(lease.get("lease_seconds") or 60.0), expired)
@@ -113,10 +139,9 @@ class WorkerLoop:
         self.stats.by_status[status] = self.stats.by_status.get(status, 0) + 1
         result = {"candidate_id": candidate.id, "measurement": measurement.to_dict()}
         try:
-            self.client.report(self.worker_id, lease_id, [result])
-            self.stats.reported += 1
+            self._deliver(lease_id, result)
         except (KernelSearchError, OSError) as exc:
-            if isinstance(exc, KernelSearchError) and exc.status_code < 500:
+            if isinstance(exc, KernelSearchError) and not retryable(exc):
                 log.warning("report of candidate %s refused: %s", candidate.id, exc)
             else:
                 log.warning("report of candidate %s failed, kept for retry: %s",
@@ -125,18 +150,31 @@ class WorkerLoop:
         if self.on_result is not None:
             self.on_result(candidate, measurement)
 
+    def _deliver(self, lease_id: str, result: dict[str, Any]) -> None:
+        """Send one report; the service's answer (stored, or refused and why) goes to the log."""
+        reply = self.client.report(self.worker_id, lease_id, [result])
+        self.stats.reported += 1
+        cid = result["candidate_id"]
+        for refused in reply.get("rejected") or ():
+            log.warning("report of candidate %s (lease %s) refused: %s", cid, lease_id,
+                        refused.get("reason"))
+        if cid in (reply.get("accepted") or ()):
+            log.info("report of candidate %s (lease %s) stored: %s", cid, lease_id,
+                     result["measurement"].get("status"))
+
     def _flush_unsent(self) -> None:
+        """Deliver the kept reports, oldest first; stops at the first the service cannot take
+        yet (raising, so that the loop backs off) and drops one it refuses outright."""
         while self._unsent:
             lease_id, result = self._unsent[0]
             try:
-                self.client.report(self.worker_id, lease_id, [result])
+                self._deliver(lease_id, result)
             except KernelSearchError as exc:
-                if exc.status_code >= 500:
-                    return
-            except OSError:
-                return
+                if retryable(exc):
+                    raise
+                log.warning("kept report of candidate %s refused: %s",
+                            result["candidate_id"], exc)
             self._unsent.pop(0)
-            self.stats.reported += 1
 
 
 class _Heartbeat(threading.Thread):
@@ -159,6 +197,7 @@ class _Heartbeat(threading.Thread):
                     log.warning("lease %s is gone: %s", self.lease_id, exc)
                     self.expired.set()
                     return
+                log.warning("renewing lease %s failed, will try again: %s", self.lease_id, exc)
             except OSError as exc:  # the service may be restarting: keep trying
                 log.warning("renewing lease %s failed: %s", self.lease_id, exc)
 

@@ -20,6 +20,9 @@ class WorkerSettings(BaseSettings):
     batch: int = Field(8, ge=1, le=64, description="candidates leased at a time")
     candidate_timeout_s: float = Field(180.0, gt=0, description="per-candidate limit")
     poll_s: float = Field(1.0, gt=0, description="wait between empty leases")
+    max_backoff_s: float = Field(
+        30.0, gt=0, description="longest wait between retries while the service is unavailable "
+        "(the waits grow from poll_s, doubling, jittered)")
     interpret: bool | None = Field(
         None, description="run Triton in its CPU interpreter (default: when there is no GPU)")
     compile_workers: int = Field(0, ge=0, description="parallel compile processes (0: auto)")

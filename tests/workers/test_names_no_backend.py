@@ -11,7 +11,8 @@ import pytest
 
 WORKERS = Path(__file__).resolve().parents[2] / "workers"
 #: GEMM and its backends, as a value a worker could compare or pass around
-NAMES = {"gemm", "cublas", "cutlass", "triton"}
+NAMES = {"gemm", "cublas", "cutlass", "triton", "repaired", "triton_repair", "triton_streamk",
+         "triton_skinny"}
 
 
 def _offences(path: Path) -> list[str]:

@@ -55,7 +55,9 @@ def test_a_plugins_backends_are_offered_and_declared(clean_registry: None) -> No
     import_plugins([PLUGIN])
     sys.modules[PLUGIN].register()  # again, in case an earlier test imported it already
     device = Device(gpu_model="cpu", mode="interpreter")
-    assert offered_backends(device) == ("cublas", "sdpa_math", "torch", "triton", "triton_decode")
+    assert offered_backends(device) == ("cublas", "repaired", "sdpa_math", "torch", "triton",
+                                        "triton_decode", "triton_repair", "triton_skinny",
+                                        "triton_streamk")
     declared = catalogues(Device(gpu_model="cpu", mode="interpreter",
                                  backends=offered_backends(device)))
     assert declared == {"toy_double/torch": {"sizes": [1, 2, 4]}}

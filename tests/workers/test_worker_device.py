@@ -54,7 +54,8 @@ def test_interpreter_never_offers_cutlass() -> None:
     # today's interpreter worker: GEMM's and attention's library and custom backends, nothing
     # declared
     device = detect_device(interpret=True)
-    assert device.backends == ("cublas", "sdpa_math", "triton", "triton_decode")
+    assert device.backends == ("cublas", "repaired", "sdpa_math", "triton", "triton_decode",
+                               "triton_repair", "triton_skinny", "triton_streamk")
     assert catalogues(device) == {}
 
 
@@ -69,9 +70,12 @@ def test_offered_backends_follow_the_registry_hooks(monkeypatch: pytest.MonkeyPa
     h100 = Device(gpu_model="H100", mode="cuda", cc="9.0")
     attention = ("flex", "sdpa_cudnn", "sdpa_efficient", "sdpa_flash", "sdpa_math",
                  "triton_decode")
-    assert offered_backends(h100) == tuple(sorted(("cublas", "cutlass", "triton", *attention)))
+    gemm = ("cublas", "cutlass", "repaired", "triton", "triton_repair", "triton_skinny",
+            "triton_streamk")
+    assert offered_backends(h100) == tuple(sorted((*gemm, *attention)))
     h100 = dataclasses.replace(h100, backends=offered_backends(h100))
     assert catalogues(h100) == {"gemm/cutlass": Catalogue((), source="fake").encode()}
     a100 = Device(gpu_model="A100", mode="cuda", cc="8.0")
-    assert offered_backends(a100) == tuple(sorted(("cublas", "triton", *attention)))
+    assert offered_backends(a100) == tuple(sorted((*(b for b in gemm if b != "cutlass"),
+                                                    *attention)))
     assert catalogues(dataclasses.replace(a100, backends=offered_backends(a100))) == {}
