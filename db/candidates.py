@@ -11,10 +11,10 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, func, or_, select, update
+from sqlalchemy import case, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from db.models import CandidateRow, JobRow, LeaseRow
+from db.models import CandidateRow, JobRow, LeaseRow, MeasurementRow
 from db.records import (
     ACTIVE_JOB,
     OUTSTANDING,
@@ -205,3 +205,29 @@ def outstanding_tasks(session: Session, gpu_model: str, task: str) -> int:
         .join(JobRow, JobRow.id == CandidateRow.job_id)
         .where(CandidateRow.task == task, CandidateRow.status.in_(OUTSTANDING),
                JobRow.bound_gpu == gpu_model, JobRow.status.in_(ACTIVE_JOB))) or 0)
+
+
+def tier_trials(session: Session, job_id: int, tier: str) -> int:
+    """The job's trials in ``tier`` as the decision loop's evidence counts them: every candidate
+    but a cancelled one that was never measured."""
+    c = CandidateRow
+    measured = exists().where(MeasurementRow.candidate_id == c.id)
+    return int(session.scalar(
+        select(func.count()).select_from(c)
+        .where(c.job_id == job_id, c.tier == tier,
+               or_(c.status != CandidateStatus.CANCELLED.value, measured))) or 0)
+
+
+def of_trials(session: Session, problem_id: int, gpu_model: str, tier: str | None,
+              numbers: Sequence[int]) -> dict[int, CandidateRecord]:
+    """The candidates standing for these Optuna trial numbers of a study: the problem's
+    candidates in ``tier`` of jobs bound to ``gpu_model``."""
+    if not numbers:
+        return {}
+    tier_is = CandidateRow.tier.is_(None) if tier is None else CandidateRow.tier == tier
+    rows = session.scalars(
+        select(CandidateRow).join(JobRow, JobRow.id == CandidateRow.job_id)
+        .where(CandidateRow.problem_id == problem_id, JobRow.bound_gpu == gpu_model, tier_is,
+               CandidateRow.trial_number.in_(list(numbers)))
+        .order_by(CandidateRow.id))
+    return {int(r.trial_number): CandidateRecord.of(r) for r in rows}

@@ -19,7 +19,12 @@ def add_decision(session: Session, *, problem_id: int, job_id: int | None, gpu_m
                  config: dict[str, Any] | None, median_us: float | None,
                  speedup: float | None, bound: str | None, attainable_us: float | None,
                  verified: bool, rationale: str, evidence: dict[str, Any],
-                 env: dict[str, Any], now: datetime) -> DecisionRecord:
+                 env: dict[str, Any], now: datetime, precision: str | None = None,
+                 rel_error: float | None = None, saved_gpu_s: float | None = None
+                 ) -> DecisionRecord:
+    """Store a decision (superseding the one in force for the problem and GPU model);
+    ``precision`` and ``rel_error``: what the served kernel computes in, and its measured
+    error; ``saved_gpu_s``: GPU-seconds the early stops left unspent."""
     session.execute(update(DecisionRow)
                     .where(DecisionRow.problem_id == problem_id,
                            DecisionRow.gpu_model == gpu_model,
@@ -29,7 +34,8 @@ def add_decision(session: Session, *, problem_id: int, job_id: int | None, gpu_m
                       verdict=verdict, chosen=chosen, backend=backend, config=config,
                       median_us=median_us, speedup=speedup, bound=bound,
                       attainable_us=attainable_us, verified=verified, rationale=rationale,
-                      evidence=evidence, env=env, created_at=now, superseded_at=None)
+                      evidence=evidence, env=env, created_at=now, superseded_at=None,
+                      precision=precision, rel_error=rel_error, saved_gpu_s=saved_gpu_s)
     session.add(row)
     session.flush()
     return DecisionRecord.of(row)
@@ -75,3 +81,11 @@ def as_decided(session: Session, decision: DecisionRecord | None,
     if decision is None or chosen is None or chosen.median_us is None:
         return best, library
     return chosen, chosen if decision.chosen == "library" else library
+
+
+def library_pick(session: Session, decision: DecisionRecord) -> MeasurementRecord | None:
+    """The measurement of ``decision``'s library pick (None: it has none, or it was never
+    timed)."""
+    pick = (decision.evidence.get("library") or {}).get("candidate_id")
+    found = measurements.of_candidates(session, [int(pick)]).get(int(pick)) if pick else None
+    return found if found is not None and found.median_us is not None else None

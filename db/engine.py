@@ -1,8 +1,11 @@
 """Engines and the one session helper that commits or rolls back.
 
-SQLite gets WAL, a 30 s busy timeout and foreign keys. Write transactions on SQLite start with
-``BEGIN IMMEDIATE`` so two writers queue on the lock instead of failing when a reader upgrades to
-a writer; read sessions use a deferred ``BEGIN``. Postgres goes through psycopg 3.
+SQLite gets WAL, a busy timeout (30 s, or the URL's ``?timeout=``) and foreign keys. Write
+transactions on SQLite start with ``BEGIN IMMEDIATE`` so two writers queue on the lock instead of
+failing when a reader upgrades to a writer; read sessions use a deferred ``BEGIN``. Postgres goes
+through psycopg 3, with pooled connections checked before use and a connect timeout, so a
+database that went away is an error within seconds (``service.outages`` answers it with a 503),
+not a hang, and the pool reconnects once it is back.
 """
 
 from __future__ import annotations
@@ -12,10 +15,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.orm import Session
 
 _READ_ONLY = "ks_read_only"
+#: Seconds a SQLite writer waits for the lock (unless the URL says ``?timeout=``).
+SQLITE_TIMEOUT_S = 30.0
+#: Seconds to open a Postgres connection before giving up (unless the URL says otherwise).
+CONNECT_TIMEOUT_S = 5
 
 
 def normalize_url(url: str) -> str:
@@ -29,17 +36,23 @@ def normalize_url(url: str) -> str:
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """An engine for ``url`` with the per-dialect settings above."""
     url = normalize_url(url)
+    query = make_url(url).query
+    connect_args: dict[str, Any] = {}
     if url.startswith("sqlite"):
-        connect_args = {"timeout": 30, "check_same_thread": False}
+        connect_args = {"timeout": float(query.get("timeout", SQLITE_TIMEOUT_S)),
+                        "check_same_thread": False}
         connect_args.update(kwargs.pop("connect_args", {}))
         engine = create_engine(url, connect_args=connect_args, **kwargs)
-        _configure_sqlite(engine)
+        _configure_sqlite(engine, float(connect_args["timeout"]))
         return engine
+    if "connect_timeout" not in query:
+        connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+    connect_args.update(kwargs.pop("connect_args", {}))
     kwargs.setdefault("pool_pre_ping", True)
-    return create_engine(url, **kwargs)
+    return create_engine(url, connect_args=connect_args, **kwargs)
 
 
-def _configure_sqlite(engine: Engine) -> None:
+def _configure_sqlite(engine: Engine, timeout_s: float) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Take over transaction control from pysqlite so "begin" below decides the BEGIN kind.
@@ -47,7 +60,7 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from db.models import JobRow, MeasurementRow, ProblemRow
 from db.records import ACTIVE_JOB, JobRecord, JobStatus, ProblemRecord
+from search import kinds
 from search.types import Problem
 
 
@@ -23,7 +24,9 @@ def get_or_create_problem(session: Session, problem: Problem, now: datetime) -> 
         return ProblemRecord.of(row)
     try:
         with session.begin_nested():
-            row = ProblemRow(key=key, kind=problem.kind, spec=problem.to_dict(), created_at=now)
+            row = ProblemRow(key=key, kind=problem.kind, spec=problem.to_dict(), created_at=now,
+                             label=kinds.get(problem.kind).shape_label(problem)[:200],
+                             dtype=str(problem.dtype)[:32])
             session.add(row)
     except IntegrityError:  # another request inserted the same key first
         row = session.scalars(select(ProblemRow).where(ProblemRow.key == key)).one()

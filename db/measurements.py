@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from db import summaries
 from db.models import CandidateRow, MeasurementRow
 from db.records import CandidateRecord, MeasurementRecord
 from search.types import INTERPRETER_GPU, Measurement, Status
@@ -19,7 +20,9 @@ _KERNEL = MeasurementRow.task.is_(None)
 
 def add_measurement(session: Session, candidate: CandidateRecord, gpu_model: str,
                     measurement: Measurement, worker_id: int | None,
-                    now: datetime) -> MeasurementRecord:
+                    now: datetime, precision: str | None = None) -> MeasurementRecord:
+    """Store ``measurement`` of ``candidate``; ``precision``: what the kernel computes in when
+    below the problem's input precision (``ProblemKind.precision_of``)."""
     m = measurement
     row = MeasurementRow(
         candidate_id=candidate.id, job_id=candidate.job_id, problem_id=candidate.problem_id,
@@ -28,9 +31,12 @@ def add_measurement(session: Session, candidate: CandidateRecord, gpu_model: str
         config_key=candidate.config_key, status=str(m.status), median_us=m.median_us,
         p20_us=m.p20_us, p80_us=m.p80_us, reps=m.reps, rel_error=m.rel_error,
         compile_s=m.compile_s, bench_s=m.bench_s, error=m.error, env=dict(m.env),
-        extra=dict(m.extra) or None, worker_id=worker_id, created_at=now)
+        extra=dict(m.extra) or None, worker_id=worker_id, created_at=now,
+        precision=precision)
     session.add(row)
     session.flush()
+    summaries.add(session, candidate.problem_id, gpu_model, kernel=candidate.task is None,
+                  ok=m.ok, gpu_s=float(m.compile_s or 0.0) + float(m.bench_s or 0.0), now=now)
     return MeasurementRecord.of(row)
 
 
@@ -59,10 +65,12 @@ def built_ops(session: Session, problem_id: int, gpu_model: str, backend: str) -
     return {str(c["op"]) for c in rows if isinstance(c, dict) and "op" in c}
 
 
-def _fastest(session: Session, *where: Any, backend: str | tuple[str, ...] | None
-             ) -> MeasurementRecord | None:
+def _fastest(session: Session, *where: Any, backend: str | tuple[str, ...] | None,
+             exact: bool = False) -> MeasurementRecord | None:
     stmt = select(MeasurementRow).where(*where, MeasurementRow.status == _OK,
                                         MeasurementRow.median_us.is_not(None), _KERNEL)
+    if exact:
+        stmt = stmt.where(MeasurementRow.precision.is_(None))
     if isinstance(backend, str):
         stmt = stmt.where(MeasurementRow.backend == backend)
     elif backend is not None:
@@ -79,11 +87,12 @@ def job_best(session: Session, job_id: int, backend: str | tuple[str, ...] | Non
 
 
 def problem_best(session: Session, problem_id: int, gpu_model: str,
-                 backend: str | tuple[str, ...] | None = None) -> MeasurementRecord | None:
+                 backend: str | tuple[str, ...] | None = None, *, exact: bool = False
+                 ) -> MeasurementRecord | None:
     """The fastest ok measurement of a problem on a GPU model (optionally of one backend, or of
-    several)."""
+    several; ``exact``: of a kernel computing in the problem's input precision)."""
     return _fastest(session, MeasurementRow.problem_id == problem_id,
-                    MeasurementRow.gpu_model == gpu_model, backend=backend)
+                    MeasurementRow.gpu_model == gpu_model, backend=backend, exact=exact)
 
 
 def latest_gpu(session: Session, problem_id: int) -> str | None:

@@ -14,6 +14,7 @@ from alembic.config import Config
 from sqlalchemy import Connection, text
 
 from db.engine import make_engine, normalize_url
+from search.optimizer import create_storage_tables
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 VERSION_TABLE = "ks_alembic_version"
@@ -30,8 +31,10 @@ def alembic_config(url: str, connection: Connection | None = None) -> Config:
     return cfg
 
 
-def upgrade(url: str, revision: str = "head") -> None:
-    """Bring the database at ``url`` to ``revision`` (a no-op when it is already there)."""
+def upgrade(url: str, revision: str = "head", *, studies: bool = False) -> None:
+    """Bring the database at ``url`` to ``revision`` (a no-op when it is already there); with
+    ``studies``, create Optuna's tables too, under the same lock, so that API processes starting
+    together on a new database do not race to create them."""
     engine = make_engine(url)
     try:
         with engine.connect() as connection:
@@ -41,6 +44,8 @@ def upgrade(url: str, revision: str = "head") -> None:
             try:
                 command.upgrade(alembic_config(url, connection), revision)
                 connection.commit()
+                if studies:
+                    create_storage_tables(normalize_url(url))
             finally:
                 if connection.dialect.name == "postgresql":
                     connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _LOCK_KEY})

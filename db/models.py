@@ -23,6 +23,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -90,10 +91,16 @@ class ProblemRow(Base):
     kind: Mapped[str] = mapped_column(String(32))
     spec: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
+    #: the shape as people write it (``ProblemKind.shape_label``: GEMM ``64x48x80``), for the
+    #: dashboard's shape search; NULL where the kind was not loaded when it was labelled
+    label: Mapped[str | None] = mapped_column(String(200))
+    #: the problem's input dtype (its ``dtype``), a column so that lists filter and sort by it
+    dtype: Mapped[str | None] = mapped_column(String(32))
 
 
 class JobRow(Base):
     __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_created_at", "created_at"),)
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     problem_id: Mapped[int] = mapped_column(IdType, ForeignKey("problems.id"), index=True)
@@ -181,6 +188,9 @@ class MeasurementRow(Base):
     extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     worker_id: Mapped[int | None] = mapped_column(IdType, ForeignKey("workers.id"))
     created_at: Mapped[datetime]
+    #: the precision the kernel computes in when below the problem's input precision (fp8_e4m3,
+    #: tf32); NULL: the input precision (``ProblemKind.precision_of``)
+    precision: Mapped[str | None] = mapped_column(String(16))
 
 
 class CalibrationRow(Base):
@@ -202,11 +212,23 @@ class CalibrationRow(Base):
     created_at: Mapped[datetime]
 
 
+#: The columns of ``ix_decisions_in_force``.
+IN_FORCE_COLUMNS = ("problem_id", "gpu_model", "superseded_at", "verdict", "backend", "speedup",
+                    "median_us", "attainable_us", "saved_gpu_s")
+
+
 class DecisionRow(Base):
     """A verdict of the decision loop for a problem on a GPU model, with its evidence."""
 
     __tablename__ = "decisions"
-    __table_args__ = (Index("ix_decisions_problem_gpu", "problem_id", "gpu_model"),)
+    __table_args__ = (
+        Index("ix_decisions_problem_gpu", "problem_id", "gpu_model"),
+        # The decisions in force with what the dashboard's lists read of them: a covering
+        # index, so a list never reads a row (whose evidence runs to many kilobytes).
+        Index("ix_decisions_in_force", *IN_FORCE_COLUMNS,
+              sqlite_where=text("superseded_at IS NULL"),
+              postgresql_where=text("superseded_at IS NULL")),
+    )
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     problem_id: Mapped[int] = mapped_column(IdType, ForeignKey("problems.id"))
@@ -226,6 +248,31 @@ class DecisionRow(Base):
     env: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
     superseded_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    #: the precision the served kernel computes in (the input precision unless a policy
+    #: allowed a lower one) and its measured relative error
+    precision: Mapped[str | None] = mapped_column(String(16))
+    rel_error: Mapped[float | None] = mapped_column(Float)
+    #: GPU-seconds the early stops left unspent (``search.decision.early_stop_savings``)
+    saved_gpu_s: Mapped[float | None] = mapped_column(Float)
+
+
+class SummaryRow(Base):
+    """Running totals of one problem's measurements on one GPU model, kept by
+    ``db.summaries`` as each measurement is stored, so the dashboard sorts and sums tuned
+    problems without aggregating every measurement on each page."""
+
+    __tablename__ = "tuning_summaries"
+    __table_args__ = (Index("ix_tuning_summaries_gpu", "gpu_model"),)
+
+    problem_id: Mapped[int] = mapped_column(IdType, ForeignKey("problems.id"), primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    #: kernel measurements (tasks excluded), and those that did not end ok
+    trials: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    #: compile + benchmark seconds of every measurement, tasks included
+    gpu_s: Mapped[float] = mapped_column(Float, default=0.0)
+    first_at: Mapped[datetime]
+    last_at: Mapped[datetime]
 
 
 class LeaseRow(Base):

@@ -182,6 +182,8 @@ class MeasurementRecord:
     created_at: datetime
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
     task: str | None = None
+    #: below the problem's input precision, what the kernel computes in (None: the input's)
+    precision: str | None = None
 
     @classmethod
     def of(cls, row: MeasurementRow) -> MeasurementRecord:
@@ -189,7 +191,7 @@ class MeasurementRecord:
                    row.backend, dict(row.config), row.config_key, row.status, row.median_us,
                    row.p20_us, row.p80_us, row.reps, row.rel_error, row.compile_s, row.bench_s,
                    row.error, dict(row.env or {}), row.worker_id, row.created_at,
-                   dict(row.extra or {}), row.task)
+                   dict(row.extra or {}), row.task, row.precision)
 
     @property
     def gpu_s(self) -> float:
@@ -281,6 +283,10 @@ class DecisionRecord:
     env: dict[str, Any] = field(hash=False)
     created_at: datetime
     superseded_at: datetime | None
+    #: what the served kernel computes in and its measured relative error (None: a decision
+    #: stored before precisions were recorded and never backfilled)
+    precision: str | None = None
+    rel_error: float | None = None
 
     @classmethod
     def of(cls, row: DecisionRow) -> DecisionRecord:
@@ -288,4 +294,4 @@ class DecisionRecord:
                    row.backend, dict(row.config) if row.config is not None else None,
                    row.median_us, row.speedup, row.bound, row.attainable_us, bool(row.verified),
                    row.rationale, dict(row.evidence or {}), dict(row.env or {}), row.created_at,
-                   row.superseded_at)
+                   row.superseded_at, row.precision, row.rel_error)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One GPU-host session: the GPU tests, then `kernelsearch tune` on the three acceptance shapes
-# (4096x4096x4096, 16x4096x4096, 32768x512x512, bf16, cuBLAS + CUTLASS + Triton; verdicts to
+# (4096x4096x4096, 16x4096x4096, 32768x512x512, bf16, every GEMM backend; verdicts to
 # compare with run 9 of docs/benchmarks/agent_h100_2026-11-24.md), then optionally the
-# decision-loop benchmark. Logs and JSON go under OUTDIR, packed into OUTDIR/results.tgz after
+# side-by-side GEMM benchmark (the hard shapes of issue 18, say) and the decision-loop
+# benchmark. Logs and JSON go under OUTDIR, packed into OUTDIR/results.tgz after
 # every step (a session cut short still brings back what it measured). About 6 minutes on an
 # H100 by default; no step starts past DEADLINE and a running one is stopped there.
 #   usage: scripts/gpu_session.sh OUTDIR
@@ -10,8 +11,15 @@
 #                                           empty: no tests)
 #          PYTEST_ARGS="-m 'gpu and not slow'"  replaces the default -m gpu
 #          SHAPES="4096x4096x4096 16x4096x4096 32768x512x512"  tune shapes (empty: none)
-#          BACKENDS=cublas,cutlass,triton  TRIALS=64 (tune's custom-trial budget)
-#          AGENT_ONLY=0,4  also run `python -m scripts.bench agent --only 0,4` (default: not)
+#          BACKENDS=cublas,cutlass,repaired,triton,...  (default: every GEMM backend)
+#          TRIALS=64 (tune's custom-trial budget)
+#          GEMM_BENCH=docs/benchmarks/gemm_hard.json  also run `python -m scripts.bench gemm
+#                          --policy agent` on that shapes file (default: not); GEMM_ONLY=0,3
+#                          its shape indices (default: all), GEMM_ARGS more options (--no-peer)
+#          AGENT_ONLY=0,4  also run `python -m scripts.bench agent --only 0,4` (default: not);
+#                          AGENT_MODES=agent: only the agent mode (default agent,full)
+#          PRECISION_SHAPES="4096x4096x4096"  also run `python -m scripts.bench precision` on
+#                                           them (fp8 and bf16-in-fp8 side by side; default: not)
 #          DEADLINE=540  seconds from the start
 # Dependencies must be importable already: install the wheelhouse that scripts/wheelhouse.sh
 # builds (README), and point KS_CUTLASS_CACHE at a cache `python -m scripts.bench
@@ -23,7 +31,7 @@ out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
 deadline=${DEADLINE:-540}
-backends=${BACKENDS:-cublas,cutlass,triton}
+backends=${BACKENDS:-cublas,cutlass,repaired,triton,triton_repair,triton_streamk,triton_skinny}
 start=$SECONDS
 rc=0
 
@@ -68,11 +76,39 @@ for shape in ${SHAPES-4096x4096x4096 16x4096x4096 32768x512x512}; do
   IFS=x read -r m n k <<< "$shape"
   echo "== kernelsearch tune $shape bf16 ($backends)"
   timeout "$(left)" python3 -m service.cli tune --m "$m" --n "$n" --k "$k" --dtype bf16 \
-    --backends "$backends" --trials "${TRIALS:-64}" --db "$db" --json "$out/tune_$shape.json" \
+    --backends "$backends" --trials "${TRIALS:-64}" --db "$db" --out "$out/tune_$shape.json" \
     2>&1 | tee "$out/tune_$shape.log"
   rc=$(( rc | PIPESTATUS[0] ))
   pack
 done
+
+if [ -n "${GEMM_BENCH:-}" ]; then
+  if [ "$(left)" -lt 60 ]; then
+    echo "== GEMM benchmark not started: $(left)s left" | tee -a "$out/env.txt"
+  else
+    echo "== GEMM side by side (agent policy): $GEMM_BENCH ${GEMM_ONLY:-all}"
+    # no shape starts in the last two minutes (one job, its side by side and the peer)
+    starts=$(( $(left) - 120 )); [ "$starts" -lt 0 ] && starts=0
+    # shellcheck disable=SC2086
+    timeout "$(left)" python3 -m scripts.bench gemm --shapes "$GEMM_BENCH" --policy agent \
+      --only "${GEMM_ONLY:-}" --backends "$backends" --deadline "$starts" \
+      ${GEMM_ARGS:-} --out "$out/gemm" 2>&1 | tee "$out/gemm.log"
+    rc=$(( rc | PIPESTATUS[0] ))
+    pack
+  fi
+fi
+
+if [ -n "${PRECISION_SHAPES:-}" ]; then
+  if [ "$(left)" -lt 60 ]; then
+    echo "== precision benchmark not started: $(left)s left" | tee -a "$out/env.txt"
+  else
+    echo "== precision side by side: $PRECISION_SHAPES"
+    timeout "$(left)" python3 -m scripts.bench precision --shapes "$PRECISION_SHAPES" \
+      --backends "$backends" --out "$out/precision" 2>&1 | tee "$out/precision.log"
+    rc=$(( rc | PIPESTATUS[0] ))
+    pack
+  fi
+fi
 
 if [ -n "${AGENT_ONLY:-}" ]; then
   if [ "$(left)" -lt 60 ]; then
@@ -80,7 +116,7 @@ if [ -n "${AGENT_ONLY:-}" ]; then
   else
     echo "== decision loop vs full search: shapes $AGENT_ONLY"
     timeout "$(left)" python3 -m scripts.bench agent --only "$AGENT_ONLY" --backends "$backends" \
-      --out "$out/agent" 2>&1 | tee "$out/agent.log"
+      --modes "${AGENT_MODES:-agent,full}" --out "$out/agent" 2>&1 | tee "$out/agent.log"
     rc=$(( rc | PIPESTATUS[0] ))
   fi
 fi

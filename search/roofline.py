@@ -19,21 +19,35 @@ long GEMM (the H100 held cuBLAS at about 725 TFLOP/s on 8192^3 against about 800
 4096x4096x16384), and a peak that followed cuBLAS's sustained rate per size was tried: on the
 H100 a Triton kernel then ran 8192^3 at 766-785 TFLOP/s, under that "floor", because how
 much a kernel is throttled depends on the kernel (its DRAM traffic), not on the size alone.
+A time under the floor says the calibration underestimates the device for those inputs, not
+that a kernel broke physics. Within :data:`FLOOR_SLACK` it counts as at the roofline (efficiency
+1); further under, the roofline is *refuted* for that kernel (:meth:`Roofline.refuted_by`): its
+efficiency is unknown (``None``), and the decision loop judges nothing by it.
+
+A calibration on the interpreter device (``cpu-interpreter``: a worker without a GPU) runs the
+calibration path on the CPU (one 256^3 GEMM per precision, a 32 MiB copy): it checks the
+pipeline, but its numbers are no ceiling of anything (a small CPU GEMM beats them), so it gives
+no roofline (:attr:`Calibration.ceilings`; :func:`missing_roofline` says why there is none).
 Nothing here touches a GPU; ``workers.calibrate`` measures, the service stores.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from search.types import Problem
+from search.types import INTERPRETER_GPU, Problem
 
-__all__ = ["Calibration", "Roofline", "roofline", "ENV_KEYS"]
+__all__ = ["ENV_KEYS", "FLOOR_SLACK", "Calibration", "Roofline", "efficiency",
+           "missing_roofline", "refutes", "roofline"]
 
 #: The environment fields whose change makes a calibration stale.
 ENV_KEYS = ("driver", "cuda", "torch")
+#: How far under the roofline's floor a measured time may be and still count as at the
+#: roofline: a peak moves from pass to pass and one peak serves every size (above), so a kernel
+#: may run a little faster than the median peak allows. Further under, the floor is refuted.
+FLOOR_SLACK = 0.10
 
 
 @dataclass(frozen=True)
@@ -54,26 +68,41 @@ class Calibration:
     env: Mapping[str, Any] = field(default_factory=dict, hash=False)
     peak_low_tflops: Mapping[str, float] = field(default_factory=dict, hash=False)
 
-    def _precision(self, dtype: str, allow_tf32: bool) -> str | None:
-        """Which measured precision serves inputs of ``dtype`` (None: none was measured)."""
+    def precision(self, dtype: str, allow_tf32: bool = False, lower: Sequence[str] = ()
+                  ) -> str | None:
+        """Which measured precision's peak bounds inputs of ``dtype`` (None: none was measured):
+        the fastest of the input precision, tf32 for fp32 when the policy allows it, and the
+        ``lower`` precisions a policy allows kernels to compute in (fp8 e4m3 for bf16, say)."""
+        options = [dtype, *lower]
         if dtype == "fp32" and allow_tf32:
-            measured = [k for k in ("fp32", "tf32") if self.peak_tflops.get(k)]
-            return max(measured, key=lambda k: self.peak_tflops[k]) if measured else None
-        return dtype if self.peak_tflops.get(dtype) else None
+            options.append("tf32")
+        measured = [k for k in options if self.peak_tflops.get(k)]
+        if not measured:
+            return None
+        return max(measured, key=lambda k: (self.peak_tflops[k], k == dtype))
 
-    def peak(self, dtype: str, allow_tf32: bool = False) -> float | None:
-        """Peak TFLOP/s for inputs of ``dtype``; fp32 may run as tf32 when the policy allows."""
-        key = self._precision(dtype, allow_tf32)
+    def peak(self, dtype: str, allow_tf32: bool = False, lower: Sequence[str] = ()
+             ) -> float | None:
+        """Peak TFLOP/s for inputs of ``dtype``; fp32 may run as tf32 when the policy allows,
+        and any input in a ``lower`` precision the policy allows."""
+        key = self.precision(dtype, allow_tf32, lower)
         return float(self.peak_tflops[key]) if key else None
 
-    def peak_low(self, dtype: str, allow_tf32: bool = False) -> float | None:
+    def peak_low(self, dtype: str, allow_tf32: bool = False, lower: Sequence[str] = ()
+                 ) -> float | None:
         """The lowest pass behind :meth:`peak` (the peak itself when none was kept)."""
-        key = self._precision(dtype, allow_tf32)
+        key = self.precision(dtype, allow_tf32, lower)
         if key is None:
             return None
         low = self.peak_low_tflops.get(key)
         return min(float(low), float(self.peak_tflops[key])) if low else \
             float(self.peak_tflops[key])
+
+    @property
+    def ceilings(self) -> bool:
+        """Whether its numbers are the device's ceilings (a roofline can rest on them): not on
+        the interpreter device, whose calibration times the path on the CPU."""
+        return self.gpu_model != INTERPRETER_GPU
 
     def matches(self, env: Mapping[str, Any]) -> bool:
         """Whether this calibration still describes a device reporting ``env``."""
@@ -106,6 +135,8 @@ class Roofline:
     #: the lowest calibration pass's peak and the compute time at it (>= ``compute_us``)
     peak_low_tflops: float | None = None
     compute_low_peak_us: float | None = None
+    #: the lower precision (a policy allowed it) whose peak bounds the compute time, if any
+    lowered_to: str | None = None
 
     @property
     def attainable_us(self) -> float:
@@ -120,18 +151,27 @@ class Roofline:
     def bound(self) -> str:
         return "compute" if self.compute_us >= self.memory_us else "memory"
 
+    def under_floor(self, measured_us: float | None) -> bool:
+        """Whether ``measured_us`` is faster than the roofline allows (by any amount)."""
+        return measured_us is not None and 0 < measured_us < self.attainable_us
+
+    def refuted_by(self, measured_us: float | None) -> bool:
+        """Whether ``measured_us`` is more than :data:`FLOOR_SLACK` under the floor: the
+        calibration underestimates this device for these inputs, and the roofline says nothing
+        of that kernel's efficiency."""
+        return refutes(self.attainable_us, measured_us)
+
     def efficiency(self, measured_us: float | None) -> float | None:
-        """``attainable / measured``, at most 1 (a measurement under the floor means the
-        calibration was pessimistic, not that the kernel broke physics)."""
-        if measured_us is None or measured_us <= 0:
-            return None
-        return min(1.0, self.attainable_us / measured_us)
+        """``attainable / measured``, at most 1 (a time under the floor within
+        :data:`FLOOR_SLACK` is at the roofline); ``None`` when there is no time, or when it
+        refutes the roofline (:meth:`refuted_by`)."""
+        return efficiency(self.attainable_us, measured_us)
 
     def efficiency_at_low_peak(self, measured_us: float | None) -> float | None:
         """The efficiency against the calibration's lowest pass: the top of the range the
         calibration's own noise leaves the efficiency in (the same as ``efficiency`` when the
-        problem is memory-bound or the calibration kept no low pass)."""
-        if measured_us is None or measured_us <= 0:
+        problem is memory-bound or the calibration kept no low pass; ``None`` where that is)."""
+        if measured_us is None or measured_us <= 0 or self.refuted_by(measured_us):
             return None
         return min(1.0, self.attainable_low_peak_us / measured_us)
 
@@ -140,19 +180,55 @@ class Roofline:
                 "memory_us": self.memory_us, "attainable_us": self.attainable_us,
                 "bound": self.bound, "peak_tflops": self.peak_tflops,
                 "bandwidth_gbs": self.bandwidth_gbs, "peak_low_tflops": self.peak_low_tflops,
-                "attainable_low_peak_us": self.attainable_low_peak_us}
+                "attainable_low_peak_us": self.attainable_low_peak_us,
+                "lowered_to": self.lowered_to}
+
+
+def refutes(attainable_us: float, measured_us: float | None) -> bool:
+    """Whether a time is more than :data:`FLOOR_SLACK` under a floor of ``attainable_us``."""
+    return measured_us is not None and 0 < measured_us < attainable_us * (1.0 - FLOOR_SLACK)
+
+
+def efficiency(attainable_us: float, measured_us: float | None) -> float | None:
+    """A time's share of a floor of ``attainable_us`` (:meth:`Roofline.efficiency`; what a
+    client holding a decision's ``attainable_us`` computes the same way)."""
+    if measured_us is None or measured_us <= 0 or refutes(attainable_us, measured_us):
+        return None
+    return min(1.0, attainable_us / measured_us)
 
 
 def roofline(problem: Problem, calibration: Calibration | None,
-             allow_tf32: bool = False) -> Roofline | None:
-    """The roofline of ``problem``, or ``None`` without a usable calibration."""
-    if calibration is None or calibration.bandwidth_gbs <= 0:
+             allow_tf32: bool = False, lower: Sequence[str] = ()) -> Roofline | None:
+    """The roofline of ``problem``, or ``None`` without a usable calibration
+    (:func:`missing_roofline` says why). ``lower``: the precisions below the input's that the
+    job's kernels may compute in (its policy allows them and a tier computes them): the
+    fastest calibrated one bounds the compute time, while the bytes stay the problem's own
+    (its inputs read, its output written, once)."""
+    if calibration is None or calibration.bandwidth_gbs <= 0 or not calibration.ceilings:
         return None
-    peak = calibration.peak(problem.dtype, allow_tf32)
+    peak = calibration.peak(problem.dtype, allow_tf32, lower)
     if peak is None or peak <= 0:
         return None
-    low = calibration.peak_low(problem.dtype, allow_tf32) or peak
+    low = calibration.peak_low(problem.dtype, allow_tf32, lower) or peak
+    used = calibration.precision(problem.dtype, allow_tf32, lower)
     compute_us = problem.flops / (peak * 1e12) * 1e6
     memory_us = problem.min_bytes / (calibration.bandwidth_gbs * 1e9) * 1e6
     return Roofline(problem.flops, problem.min_bytes, compute_us, memory_us, peak,
-                    calibration.bandwidth_gbs, low, problem.flops / (low * 1e12) * 1e6)
+                    calibration.bandwidth_gbs, low, problem.flops / (low * 1e12) * 1e6,
+                    used if used in lower else None)
+
+
+def missing_roofline(problem: Problem, calibration: Calibration | None,
+                     allow_tf32: bool = False) -> str:
+    """Why :func:`roofline` has none for ``problem`` (a clause; "" when it has one)."""
+    if calibration is None:
+        return "the device is not calibrated"
+    if not calibration.ceilings:
+        return (f"{calibration.gpu_model} is the CPU: its calibration checks the path and "
+                "measures no ceilings")
+    if calibration.bandwidth_gbs <= 0:
+        return f"the calibration of {calibration.gpu_model} has no bandwidth"
+    peak = calibration.peak(problem.dtype, allow_tf32)
+    if peak is None or peak <= 0:
+        return f"the calibration of {calibration.gpu_model} has no {problem.dtype} peak"
+    return ""

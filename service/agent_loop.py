@@ -13,7 +13,8 @@ import logging
 import math
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -33,14 +34,19 @@ from search import decision, kinds
 from search.limits import DeviceLimits, limits_for
 from search.optimizer import CompileBudget
 from search.roofline import Calibration
-from search.types import Measurement, Task, config_key
+from search.types import Measurement, Status, Task, config_key
 from service.catalogues import declared
+from service.outages import outage_of
 from service.settings import ServiceSettings
 from service.tuning import TunerPool
 
 log = logging.getLogger("kernelsearch.agent")
 
 Clock = Callable[[], datetime]
+
+#: A trial running this long (or a lease, if longer) without a candidate was left by a dead
+#: process: another process's proposals are stored within seconds of being asked.
+STALE_TRIAL_S = 60.0
 
 
 class AgentLoop:
@@ -98,6 +104,7 @@ class AgentLoop:
             rows = cands.job_candidates(s, job.id)
             found = measurements.of_candidates(s, [c.id for c in rows])
             pending_cal = cands.outstanding_tasks(s, gpu, Task.CALIBRATE.value)
+        kind = kinds.get(problem.kind)
         trials: list[decision.Trial] = []
         verification: decision.Verification | None = None
         cal_done, cal_gpu_s = False, 0.0
@@ -120,13 +127,12 @@ class AgentLoop:
                 continue
             if c.status == CandidateStatus.CANCELLED and m is None:
                 continue  # never ran: neither evidence nor spent budget
-            trials.append(_trial(c, m))
+            trials.append(_trial(c, m, kind.precision_of(problem, c.backend or "", c.config)))
         backends = job.bound_backends or ()
-        kind = kinds.get(problem.kind)
         model = gpu or str(device.get("gpu_model", ""))
         library = kind.library_plan(problem, policy, backends, model,
                                     declared(self.db, model), self.settings.cutlass_candidates)
-        tiers = kind.tier_plans(problem, device, policy)
+        tiers = allowed_tiers(kind, kind.tier_plans(problem, device, policy), backends)
         ev = decision.Evidence(
             problem=problem, policy=policy, calibration=calibration,
             calibration_failed=cal_done and calibration is None,
@@ -135,7 +141,8 @@ class AgentLoop:
             custom_allowed=any(b in kind.custom_backends for b in backends), tiers=tiers,
             trials=tuple(trials), exhausted_tiers=frozenset(job.exhausted_tiers),
             verification=verification, max_trials=job.max_trials,
-            time_up=time_up(job, now), calibration_gpu_s=cal_gpu_s, roles=kind.roles)
+            time_up=time_up(job, now), calibration_gpu_s=cal_gpu_s,
+            roles=kind.roles_on(model))
         return ev, device
 
     # -- actions ------------------------------------------------------------------------------
@@ -202,33 +209,76 @@ class AgentLoop:
         limits = _limits(device)
         gpu = job.bound_gpu or ""
 
+        policy = decision.Policy.from_dict(job.policy)
+
         def known(config: dict[str, Any]) -> Measurement | None:
             with self.db.read_session() as s:
                 found = measurements.find_known(s, job.problem_id, gpu, backend,
                                                 config_key(config))
-            return found.to_measurement() if found is not None else None
+            if found is None:
+                return None
+            # measured for another job, maybe under another bound: judged under this one's
+            return policy.judge(found.to_measurement(),
+                                kind.precision_of(problem, backend, config))
 
         # a library-side search compiles within the budget the agent allows
         extra = ({"budget": self._compile_budget(job, ev, action, backend)}
                  if library_search else {})
+        seen = sum(1 for t in ev.trials if t.tier == action.tier)
         with self.tuners.use(problem, gpu, limits, job.seed, action.tier,
                              catalogues=declared(self.db, gpu)) as tuner:
+            self._settle_stale(job, action.tier, tuner)
             proposals = tuner.propose(n, known, **extra)
             exhausted = bool(tuner.exhausted)
+            kept: list[Any] = []
             with self.db.session() as s:
                 current = jobs.get_job(s, job.id, lock=True)
                 active = current is not None and current.active
                 if active:
+                    # Under the job's row lock, count again: another API process may have
+                    # topped the job up since the evidence was read; what no longer fits the
+                    # window or the tier's budget is given back to the study.
+                    fit = self.settings.window - cands.job_counts(s, job.id).outstanding
+                    if action.n is not None:
+                        added = cands.tier_trials(s, job.id, action.tier) - seen
+                        fit = min(fit, action.n - max(0, added))
+                    kept = proposals[:max(0, fit)]
                     cands.add_candidates(s, job.id, job.problem_id, backend,
-                                         [(dict(x.config), x.trial_number) for x in proposals],
+                                         [(dict(x.config), x.trial_number) for x in kept],
                                          now, action.tier)
                     if exhausted:
                         jobs.mark_exhausted(s, job.id, action.tier)
-            if not active:
-                for x in proposals:
-                    _safely(lambda t=tuner, n=x.trial_number: t.abandon(n))
-        filled = action.n is not None and len(proposals) == action.n and action.n < room
+            for x in proposals[len(kept):]:
+                _safely(lambda t=tuner, n=x.trial_number: t.abandon(n))
+        filled = action.n is not None and len(kept) == action.n and action.n < room
         return active and (exhausted or filled)
+
+    def _settle_stale(self, job: JobRecord, tier: str | None, tuner: Any) -> None:
+        """Tell the study what became of trials asked longer ago than a lease (and at least
+        ``STALE_TRIAL_S``) and never told. A service process that died between asking and
+        storing the candidates, or between storing a result and telling it, leaves such trials
+        running, and a running trial's configuration counts as in flight: never proposed
+        again. A stored result is told, a failed or cancelled candidate (or none at all) closes
+        its trial; one still out waits."""
+        stale = getattr(tuner, "stale_running", None)
+        grace = max(self.settings.lease_seconds, STALE_TRIAL_S)
+        numbers = stale(grace) if stale is not None else []
+        if not numbers:
+            return
+        with self.db.read_session() as s:
+            found = cands.of_trials(s, job.problem_id, job.bound_gpu or "", tier, numbers)
+            measured = measurements.of_candidates(s, [c.id for c in found.values()])
+        for number in numbers:
+            c = found.get(number)
+            m = measured.get(c.id) if c is not None else None
+            if m is not None:
+                _safely(lambda n=number, m=m: tuner.record(n, m.to_measurement()))
+            elif c is None or c.status == CandidateStatus.CANCELLED:
+                log.info("closing trial %s of %s: no candidate stands for it", number, tier)
+                _safely(lambda n=number: tuner.abandon(n))
+            elif c.status == CandidateStatus.FAILED:
+                crashed = Measurement(status=Status.CRASHED, error=c.failure_reason)
+                _safely(lambda n=number, m=crashed: tuner.record(n, m))
 
     def _compile_budget(self, job: JobRecord, ev: decision.Evidence, action: decision.Search,
                         backend: str) -> CompileBudget:
@@ -257,6 +307,7 @@ class AgentLoop:
         pick = d.custom if d.chosen == "custom" else d.library
         env = {k: device.get(k) for k in ("gpu_model", "sm_count", "cc", "driver", "cuda",
                                            "torch", "triton") if k in device}
+        served = (pick.precision or job.problem.dtype) if pick is not None else None
         with self.db.session() as s:
             current = jobs.get_job(s, job.id, lock=True)
             if current is None or current.status != JobStatus.RUNNING:
@@ -271,7 +322,9 @@ class AgentLoop:
                     bound=rf.bound if rf else None,
                     attainable_us=rf.attainable_us if rf else None, verified=d.verified,
                     rationale=d.rationale, evidence=_evidence(d, verification), env=env,
-                    now=now)
+                    now=now, precision=served, rel_error=pick.rel_error,
+                    saved_gpu_s=decision.early_stop_savings(
+                        d.spend, job.max_trials, bool(d.policy.get("full_search"))))
                 jobs.finish_job(s, job.id, JobStatus.DONE, now)
             else:
                 reasons = Counter((c.failure_reason or c.status)[:120]
@@ -295,9 +348,11 @@ class AgentLoop:
             self.with_tuner(job, tier, close)
 
     def with_tuner(self, job: JobRecord, tier: str | None, fn: Callable[[Any], None],
-                   device: dict[str, Any] | None = None) -> None:
+                   device: dict[str, Any] | None = None, *, outages: bool = False) -> None:
         """Run ``fn`` on the job's tuner of ``tier``; a failure is logged, never lost data.
-        ``device``: the worker at hand (a reporting worker); default: the model's latest."""
+        ``device``: the worker at hand (a reporting worker); default: the model's latest.
+        With ``outages`` a database outage is raised rather than logged (a report is then
+        answered 503 and sent again, and its repeat tells the tuner)."""
         if job.bound_gpu is None:
             return
         problem = job.problem
@@ -308,13 +363,29 @@ class AgentLoop:
         limits = _limits(device) if device is not None else DeviceLimits()
         with self.tuners.use(problem, job.bound_gpu, limits, job.seed, tier,
                              catalogues=declared(self.db, job.bound_gpu)) as tuner:
-            _safely(lambda: fn(tuner))
+            _safely(lambda: fn(tuner), outages)
 
     # -- helpers ------------------------------------------------------------------------------
     def _job(self, job_id: int) -> JobRecord | None:
         with self.db.read_session() as s:
             return jobs.get_job(s, job_id)
 
+
+
+def allowed_tiers(kind: kinds.ProblemKind, tiers: Sequence[decision.TierPlan],
+                  backends: Sequence[str]) -> tuple[decision.TierPlan, ...]:
+    """``tiers`` with those whose backend the job does not allow marked inapplicable: their
+    candidates would never be leased, so the job would wait on them for ever."""
+    if not backends:
+        return tuple(tiers)
+    out = []
+    for t in tiers:
+        backend = kind.backend_of(t.name)
+        if t.applicable and backend not in backends:
+            t = replace(t, applicable=False,
+                        reason=f"the job does not allow its backend {backend}")
+        out.append(t)
+    return tuple(out)
 
 
 def time_up(job: JobRecord, now: datetime) -> bool:
@@ -350,7 +421,8 @@ def record_calibration(s: Session, cand: CandidateRecord, m: Measurement, gpu_mo
 
 
 def _limits(device: dict[str, Any]) -> DeviceLimits:
-    return limits_for(str(device.get("mode", "")), int(device.get("smem_per_block", 0) or 0))
+    return limits_for(str(device.get("mode", "")), int(device.get("smem_per_block", 0) or 0),
+                      str(device.get("cc", "") or ""), int(device.get("sm_count", 0) or 0))
 
 
 def _own_calibration(gpu: str, m: MeasurementRecord) -> Calibration | None:
@@ -362,13 +434,16 @@ def _own_calibration(gpu: str, m: MeasurementRecord) -> Calibration | None:
         return None
 
 
-def _trial(c: CandidateRecord, m: MeasurementRecord | None) -> decision.Trial:
+def _trial(c: CandidateRecord, m: MeasurementRecord | None, precision: str | None
+           ) -> decision.Trial:
+    """``precision``: what the candidate computes in when below the input precision."""
     if m is not None:
         return decision.Trial(c.id, c.backend, c.config, c.tier, m.status, m.median_us, m.p20_us,
-                           m.p80_us, m.gpu_s, m.compile_s or 0.0)
+                              m.p80_us, m.gpu_s, m.compile_s or 0.0, m.rel_error, precision)
     if c.status == CandidateStatus.FAILED:  # never measured: its lease expired too often
-        return decision.Trial(c.id, c.backend, c.config, c.tier, "crashed")
-    return decision.Trial(c.id, c.backend, c.config, c.tier)
+        return decision.Trial(c.id, c.backend, c.config, c.tier, "crashed",
+                              precision=precision)
+    return decision.Trial(c.id, c.backend, c.config, c.tier, precision=precision)
 
 
 def _verification(c: CandidateRecord, m: MeasurementRecord | None) -> decision.Verification:
@@ -383,7 +458,15 @@ def _verification(c: CandidateRecord, m: MeasurementRecord | None) -> decision.V
         lib_id, cus_id, m.status, tuple(float(x) for x in extra.get("library_us") or ()),
         tuple(float(x) for x in extra.get("custom_us") or ()), m.gpu_s, m.error,
         int(ref_id) if ref_id is not None else None,
-        tuple(float(x) for x in extra.get("reference_us") or ()))
+        tuple(float(x) for x in extra.get("reference_us") or ()),
+        _float_or_none(extra.get("custom_rel_error")))
+
+
+def _float_or_none(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _evidence(d: decision.Decision, v: decision.Verification | None) -> dict[str, Any]:
@@ -413,8 +496,10 @@ def _verify_config(v: decision.Verify) -> dict[str, Any]:
     return config
 
 
-def _safely(fn: Callable[[], None]) -> None:
+def _safely(fn: Callable[[], None], outages: bool = False) -> None:
     try:
         fn()
-    except Exception:  # the tuner is advisory; the database already holds the truth
+    except Exception as exc:  # the tuner is advisory; the database already holds the truth
+        if outages and outage_of(exc) is not None:
+            raise
         log.exception("telling the tuner failed")

@@ -17,14 +17,17 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from sqlalchemy import text
 from sqlalchemy.exc import DataError
 
 from db.engine import Database
 from db.migrate import upgrade
 from search import kinds
+from service import dashboard
 from service.errors import ServiceError
 from service.flow import Clock, Flow, utcnow
 from service.limits import BodyLimit
+from service.outages import install as install_outages
 from service.routes import best, calibrations, jobs, problems, workers
 from service.settings import ServiceSettings, get_settings
 from service.tuning import TunerFactory, TunerPool, optuna_tuner
@@ -38,7 +41,7 @@ def create_app(settings: ServiceSettings | None = None, *,
     settings = settings or get_settings()
     kinds.load_plugins(settings.plugin_modules)
     if settings.migrate_on_startup:
-        upgrade(settings.database_url)
+        upgrade(settings.database_url, studies=True)
     database = Database(settings.database_url)
     flow = Flow(database, settings, TunerPool(database.url, tuner_factory or optuna_tuner),
                 clock or utcnow)
@@ -75,12 +78,25 @@ def create_app(settings: ServiceSettings | None = None, *,
         return JSONResponse(status_code=422,
                             content={"detail": f"a value does not fit the database: {exc.orig}"})
 
+    install_outages(app, settings.retry_after_s)
+
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
+        """The process answers (liveness)."""
         return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"],
+             responses={503: {"description": "the database is unreachable"}})
+    def readyz() -> dict[str, str]:
+        """The process answers and reaches its database (readiness: compose's health check)."""
+        with database.read_session() as s:
+            s.execute(text("SELECT 1"))
+        return {"status": "ok", "database": "ok"}
 
     for module in (jobs, best, problems, calibrations, workers):
         app.include_router(module.router)
+    if settings.dashboard:
+        dashboard.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
 

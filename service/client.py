@@ -1,12 +1,15 @@
 """A small typed client of the kernelsearch API (httpx only: workers and users import it).
 
-Connection errors, timeouts, 5xx and 429 are retried with exponential backoff; any other 4xx
-raises :class:`KernelSearchError` at once with the server's message. Tests pass a FastAPI
+Connection errors, timeouts, 5xx and 429 are retried with jittered exponential back-off (a
+``Retry-After`` the server sends is honoured); any other 4xx raises :class:`KernelSearchError`
+at once with the server's message. :func:`backoff` is the delay rule, shared with the worker
+loop. Tests pass a FastAPI
 ``TestClient`` as ``http_client`` (it is an ``httpx.Client``) or an ``httpx`` transport.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +17,17 @@ from urllib.parse import quote
 
 import httpx
 
-__all__ = ["KernelSearchClient", "KernelSearchConnectionError", "KernelSearchError"]
+__all__ = ["KernelSearchClient", "KernelSearchConnectionError", "KernelSearchError", "backoff",
+           "retryable"]
+
+
+def backoff(attempt: int, base_s: float, cap_s: float, rng: random.Random | None = None
+            ) -> float:
+    """Seconds to wait before retry ``attempt`` (0, 1, ...): ``base_s * 2**attempt`` capped at
+    ``cap_s``, drawn between half of that and all of it ("equal jitter"), so clients cut off
+    together do not come back together."""
+    ceiling = min(cap_s, base_s * (2 ** min(attempt, 32)))
+    return ceiling / 2 + (rng or random).uniform(0.0, ceiling / 2)
 
 
 def _describe(detail: Any) -> str:
@@ -46,17 +59,26 @@ class KernelSearchConnectionError(KernelSearchError, ConnectionError):
         super().__init__(503, message)
 
 
+def retryable(exc: BaseException) -> bool:
+    """Whether retrying later may succeed: the service unreachable, a 5xx or a 429."""
+    return isinstance(exc, KernelSearchError) and (exc.status_code >= 500
+                                                   or exc.status_code == 429)
+
+
 class KernelSearchClient:
     """Calls the /v1 API; every method returns the decoded JSON answer."""
 
     def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0,
                  retries: int = 3, transport: httpx.BaseTransport | None = None, *,
                  http_client: httpx.Client | None = None, backoff_s: float = 0.5,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 max_backoff_s: float = 30.0, sleep: Callable[[float], None] = time.sleep,
+                 rng: random.Random | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.retries = max(0, retries)
         self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
         self._sleep = sleep
+        self._rng = rng
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._own = http_client is None
         self._http = http_client or httpx.Client(timeout=timeout, transport=transport)
@@ -191,7 +213,7 @@ class KernelSearchClient:
             raise KernelSearchError(status, _detail(response))
 
     def _delay(self, attempt: int, retry_after: str | None) -> float:
-        delay = min(self.backoff_s * (2 ** attempt), 30.0)
+        delay = backoff(attempt, self.backoff_s, self.max_backoff_s, self._rng)
         if retry_after is not None:
             try:
                 delay = max(delay, min(float(retry_after), 60.0))

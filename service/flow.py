@@ -106,9 +106,11 @@ class Flow:
                 f"{', '.join(kind.backends)}"))
         try:
             kind.check_served(problem, backends)
+            kind.check_policy(problem, policy or Policy(), backends)
         except ProblemError as exc:
-            where = ["body", "backends"] if exc.field == "backends" else \
-                ["body", "problem", exc.field]
+            where = (["body", "backends"] if exc.field == "backends" else
+                     ["body", *exc.field.split(".")] if exc.field.startswith("policy.") else
+                     ["body", "problem", exc.field])
             raise InvalidInput(where, exc.message) from exc
         if problem.min_bytes > self.settings.max_problem_bytes:
             raise InvalidInput(["body", "problem"], (
@@ -220,40 +222,39 @@ class Flow:
 
     def report(self, worker_id: int, lease_id: str,
                results: Iterable[tuple[int, Measurement]]) -> ReportOutcome:
+        """Store each result of the lease, each in its own transaction under the candidate's row
+        lock, so that a report stored is never stored twice (a retry, the same report through
+        another API process) and a late one (its lease expired, the candidate re-queued or run
+        again) is refused: at most one measurement per candidate. A repeat of a stored report
+        tells the tuner again (a no-op unless the first telling was cut off)."""
         worker = self._worker(worker_id)
         accepted: list[int] = []
         rejected: list[tuple[int, str]] = []
         touched: set[int] = set()
         for candidate_id, measurement in results:
-            now = self.clock()
             with self.db.session() as s:
-                cand = cands.get_candidate(s, candidate_id, lock=True)
-                reason = _rejection(cand, worker_id, lease_id)
-                if reason is None and measurements.has_measurement(s, candidate_id):
-                    reason = f"candidate {candidate_id} already reported"
-                if reason is not None or cand is None:
-                    rejected.append((candidate_id, reason or "unknown candidate"))
-                    continue
-                measurements.add_measurement(s, cand, worker.gpu_model, measurement,
-                                             worker_id, now)
-                if cand.task == Task.CALIBRATE.value and measurement.ok:
-                    record_calibration(s, cand, measurement, worker.gpu_model, worker_id, now)
-                if cand.status == CandidateStatus.LEASED:
-                    failure = None if measurement.ok else _failure(measurement)
-                    cands.finish_candidate(s, cand.id, CandidateStatus.DONE if measurement.ok
-                                           else CandidateStatus.FAILED, failure)
-                workers.touch(s, worker_id, now)
-                job = jobs.get_job(s, cand.job_id)
+                got = _store(s, worker, lease_id, candidate_id, measurement, self.clock())
+            if got.cand is None or got.job is None or got.refused is not None:
+                rejected.append((candidate_id, got.refused or "unknown candidate"))
+                if got.stored is not None and got.cand is not None and got.job is not None:
+                    # after the transaction: on SQLite Optuna would wait for our lock
+                    self._tell(got.job, got.cand, got.stored.to_measurement(), worker.device)
+                continue
             accepted.append(candidate_id)
-            touched.add(cand.job_id)
-            if cand.trial_number is not None and job is not None:
-                trial = cand.trial_number
-                self.agent.with_tuner(job, cand.tier,
-                                      lambda t, trial=trial, m=measurement: t.record(trial, m),
-                                      worker.device)
+            touched.add(got.cand.job_id)
+            self._tell(got.job, got.cand, got.measurement or measurement, worker.device)
         for job_id in sorted(touched):
             self.agent.advance(job_id, worker.device)
         return ReportOutcome(accepted, rejected)
+
+    def _tell(self, job: JobRecord, cand: CandidateRecord, measurement: Measurement,
+              device: dict[str, Any]) -> None:
+        """Tell a trial's tuner how it went (the tuner ignores a trial it was told before)."""
+        if cand.trial_number is None:
+            return
+        trial = cand.trial_number
+        self.agent.with_tuner(job, cand.tier, lambda t: t.record(trial, measurement), device,
+                              outages=True)
 
     def expire_stale(self) -> None:
         """Take back candidates whose lease ran out, then settle the jobs that changed."""
@@ -306,6 +307,12 @@ class Flow:
                         measurements.job_best(s, job_id, kind.custom_backends), now, decision,
                         self._waiting(s, job, now))
 
+    def waiting(self, jobs: Sequence[JobRecord]) -> dict[int, str | None]:
+        """Why each of ``jobs`` waits (``JobState.waiting``: None unless it is queued)."""
+        now = self.clock()
+        with self.db.read_session() as s:
+            return {j.id: self._waiting(s, j, now) for j in jobs}
+
     def _waiting(self, s: Session, job: JobRecord, now: datetime) -> str | None:
         """Why a queued job waits: no worker of its target GPU model (or none at all) has
         registered, or none has been seen within a lease."""
@@ -340,16 +347,70 @@ class Flow:
         return bound
 
 
+@dataclass(frozen=True)
+class _Stored:
+    """What became of one reported result: stored (``refused`` None), or refused and why;
+    ``stored``: the candidate's measurement stored before (a repeat)."""
+
+    cand: CandidateRecord | None
+    job: JobRecord | None
+    refused: str | None
+    stored: MeasurementRecord | None = None
+    #: what was stored: the report judged against the job's precision bound
+    measurement: Measurement | None = None
+
+
+def _store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
+           measurement: Measurement, now: datetime) -> _Stored:
+    """Store one result under the candidate's row lock, unless it is refused."""
+    cand = cands.get_candidate(s, candidate_id, lock=True)
+    job = jobs.get_job(s, cand.job_id) if cand is not None else None
+    if cand is None or job is None:
+        return _Stored(cand, job, "unknown candidate")
+    reason = _rejection(cand, worker.id, lease_id)
+    if reason is None and job.bound_gpu != worker.gpu_model:
+        reason = (f"candidate {candidate_id} belongs to a job on {job.bound_gpu!r}, not on "
+                  f"this worker's {worker.gpu_model!r}")
+    if reason not in (None, _DUPLICATE):
+        return _Stored(cand, job, reason)
+    stored = measurements.of_candidates(s, [candidate_id]).get(candidate_id)
+    if stored is not None:
+        return _Stored(cand, job, _DUPLICATE.format(id=candidate_id), stored)
+    precision = None
+    if cand.backend is not None:
+        # a lowered kernel's error against the job's bound (Policy.judge)
+        precision = kinds.get(job.problem.kind).precision_of(job.problem, cand.backend,
+                                                             cand.config)
+        measurement = Policy.from_dict(job.policy).judge(measurement, precision)
+    measurements.add_measurement(s, cand, worker.gpu_model, measurement, worker.id, now,
+                                 precision)
+    if cand.task == Task.CALIBRATE.value and measurement.ok:
+        record_calibration(s, cand, measurement, worker.gpu_model, worker.id, now)
+    if cand.status == CandidateStatus.LEASED:
+        failure = None if measurement.ok else _failure(measurement)
+        cands.finish_candidate(s, cand.id, CandidateStatus.DONE if measurement.ok
+                               else CandidateStatus.FAILED, failure)
+    workers.touch(s, worker.id, now)
+    return _Stored(cand, job, None, measurement=measurement)
+
+
+#: The rejection of a report already stored (``{id}``: the candidate).
+_DUPLICATE = "candidate {id} already reported"
+
+
 def _rejection(cand: CandidateRecord | None, worker_id: int, lease_id: str) -> str | None:
     if cand is None:
         return "unknown candidate"
     if cand.lease_id != lease_id or cand.worker_id != worker_id:
+        if cand.attempts > 0 and cand.lease_id != lease_id:
+            return (f"candidate {cand.id} is not leased to worker {worker_id} under lease "
+                    f"{lease_id}: a lease of it expired and it went back to the queue")
         return f"candidate {cand.id} is not leased to worker {worker_id} under lease {lease_id}"
     if cand.status in (CandidateStatus.LEASED, CandidateStatus.CANCELLED):
         return None  # a cancelled candidate's measurement is still worth keeping
     if (cand.failure_reason or "").startswith("lease expired"):
         return f"candidate {cand.id}: {cand.failure_reason}"
-    return f"candidate {cand.id} already reported"
+    return _DUPLICATE
 
 
 def _failure(m: Measurement) -> str:

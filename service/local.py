@@ -86,6 +86,11 @@ class LocalCluster:
         self._thread.start()
         return self
 
+    @property
+    def url(self) -> str:
+        """The embedded service's base URL (its API and its dashboard)."""
+        return self._server.url
+
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=self.candidate_timeout_s + 30)

@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from search import kinds
-from search.decision.policy import Policy, bounds_of
+from search.decision.policy import LOWER_PRECISIONS, Allowance, Policy, bounds_of
 from search.types import Status
 
 MAX_DIM = 2**31 - 1
@@ -108,8 +108,8 @@ class BudgetIn(_In):
 
 
 def _policy_field(f: dataclasses.Field[Any], hint: Any) -> tuple[Any, Any]:
-    """One ``PolicyIn`` field from a ``Policy`` field: its type (ints strict, floats finite),
-    its bounds and description from the field's metadata, its default."""
+    """One ``PolicyIn`` field from a ``Policy`` (or ``Allowance``) field: its type (ints strict,
+    floats finite), its bounds and description from the field's metadata, its default."""
     b = bounds_of(f)
     rng = {"ge": b.ge, "gt": b.gt, "le": b.le, "lt": b.lt}
     if hint is bool:
@@ -118,9 +118,30 @@ def _policy_field(f: dataclasses.Field[Any], hint: Any) -> tuple[Any, Any]:
         tp = Annotated[int, Field(strict=True, **rng)]
     elif hint is float:
         tp = Annotated[float, Field(allow_inf_nan=False, **rng)]
+    elif f.name == "allow":
+        tp = dict[Precision, AllowanceIn]
+        return tp, Field(default_factory=dict, description=b.doc)
     else:
         raise TypeError(f"policy.{f.name}: no schema for {hint!r}")
-    return tp, Field(f.default, description=b.doc)
+    default = ... if f.default is dataclasses.MISSING else f.default
+    return tp, Field(default, description=b.doc)
+
+
+def _lower_precision(value: str) -> str:
+    if value not in LOWER_PRECISIONS:
+        raise ValueError(f"unknown precision {value!r}; one of {', '.join(LOWER_PRECISIONS)}")
+    return value
+
+
+#: A computation precision a policy may allow (``search.decision.policy.LOWER_PRECISIONS``).
+Precision = Annotated[str, Field(max_length=32), AfterValidator(_lower_precision)]
+
+#: One allowed precision's bound, derived from ``search.decision.policy.Allowance``.
+AllowanceIn = create_model(  # type: ignore[call-overload]
+    "AllowanceIn", __base__=_In, __module__=__name__,
+    __doc__="What a policy allows of one lower precision (``search.decision.Allowance``).",
+    **{f.name: _policy_field(f, hint) for f, hint in zip(
+        dataclasses.fields(Allowance), get_type_hints(Allowance).values(), strict=True)})
 
 
 #: How the decision loop spends GPU time, as a client sends it: derived from
@@ -157,6 +178,11 @@ class LibraryOut(BaseModel):
     p80_us: float | None
     tflops: float
     candidate_id: int | None
+    precision: str | None = Field(None, description="the precision the kernel computes in: the "
+                                                    "problem's input dtype unless a policy "
+                                                    "allowed a lower one (fp8_e4m3, tf32)")
+    rel_error: float | None = Field(None, description="its measured relative error against "
+                                                      "the float64 product of its inputs")
 
 
 class MeasurementOut(LibraryOut):
@@ -227,6 +253,12 @@ class DecisionOut(BaseModel):
     speedup_vs_cublas: float | None = Field(
         None, description="the baseline's time / chosen time (the library pick may be another "
                           "library kernel, e.g. CUTLASS against cuBLAS); named before kinds")
+    precision: str | None = Field(None, description="the precision the served kernel "
+                                                    "computes in (the input dtype unless the "
+                                                    "policy allowed a lower one)")
+    rel_error: float | None = Field(None, description="the served kernel's measured relative "
+                                                      "error (a lowered kernel's is the larger "
+                                                      "of its trial's and its re-check's)")
     bound: str | None
     attainable_us: float | None
     efficiency_library: float | None
@@ -344,6 +376,8 @@ class TrialOut(BaseModel):
     tflops: float | None
     reps: int
     rel_error: float | None
+    precision: str | None = Field(None, description="what the kernel computes in (the input "
+                                                    "dtype unless a policy allowed a lower one)")
     compile_s: float | None
     bench_s: float | None
     error: str | None

@@ -20,6 +20,8 @@ class ServiceSettings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535)
     lease_seconds: float = Field(120.0, gt=0, description="a lease expires unless renewed")
     max_attempts: int = Field(3, ge=1, description="expired leases before a candidate fails")
+    retry_after_s: int = Field(
+        5, ge=1, le=3600, description="Retry-After of a 503 while the database is unreachable")
     window: int = Field(16, ge=1, le=1024, description="outstanding candidates per job")
     cutlass_candidates: int = Field(
         6, ge=0, le=64, description="CUTLASS library candidates a job measures (its best-ranked"
@@ -32,6 +34,8 @@ class ServiceSettings(BaseSettings):
         "about 0.6 MB); larger ones are a 413")
     default_max_trials: int = Field(64, ge=1, le=10_000)
     migrate_on_startup: bool = Field(True, description="run 'alembic upgrade head' at startup")
+    dashboard: bool = Field(True, description="serve the read-only web dashboard at /ui (and "
+                            "redirect / there)")
     plugins: str = Field(
         "", description="comma-separated modules imported at start that register problem kinds "
         "(search.kinds.register) and their kernels, e.g. 'mypkg.kinds.scan'")

@@ -26,7 +26,8 @@ def measurement_out(m: MeasurementRecord | None, problem: Problem) -> Measuremen
     return MeasurementOut(backend=m.backend, config=m.config, median_us=m.median_us,
                           p20_us=m.p20_us, p80_us=m.p80_us, tflops=problem.tflops(m.median_us),
                           candidate_id=m.candidate_id, measurement_id=m.id,
-                          measured_at=m.created_at)
+                          measured_at=m.created_at, precision=m.precision or problem.dtype,
+                          rel_error=m.rel_error)
 
 
 def job_out(state: JobState) -> JobOut:
@@ -59,7 +60,8 @@ def decision_out(d: DecisionRecord) -> DecisionOut:
     return DecisionOut(
         id=d.id, problem_id=d.problem_id, job_id=d.job_id, gpu=d.gpu_model, verdict=d.verdict,
         chosen=d.chosen, backend=d.backend, config=d.config, median_us=d.median_us,
-        speedup=d.speedup, baseline=ev.get("baseline"),
+        speedup=d.speedup, precision=d.precision, rel_error=d.rel_error,
+        baseline=ev.get("baseline"),
         speedup_vs_cublas=ev.get("speedup_vs_cublas"), bound=d.bound,
         attainable_us=d.attainable_us,
         efficiency_library=lib.get("efficiency") if lib else None,
@@ -91,12 +93,16 @@ def best_out(answer: BestAnswer) -> BestOut:
     if lib is not None and lib.median_us is not None:
         library = LibraryOut(backend=lib.backend, config=lib.config, median_us=lib.median_us,
                              p20_us=lib.p20_us, p80_us=lib.p80_us,
-                             tflops=problem.tflops(lib.median_us), candidate_id=lib.candidate_id)
+                             tflops=problem.tflops(lib.median_us), candidate_id=lib.candidate_id,
+                             precision=lib.precision or problem.dtype, rel_error=lib.rel_error)
     return BestOut(backend=b.backend, config=b.config, median_us=b.median_us, p20_us=b.p20_us,
-                   p80_us=b.p80_us, tflops=problem.tflops(b.median_us), gpu=answer.gpu_model,
+                   p80_us=b.p80_us, tflops=problem.tflops(b.median_us),
+                   precision=b.precision or problem.dtype, rel_error=b.rel_error,
+                   gpu=answer.gpu_model,
                    measured_at=b.created_at, problem_key=answer.problem.key,
                    problem_id=answer.problem.id, candidate_id=b.candidate_id, library=library,
-                   speedup=(answer.decision.speedup if answer.decision is not None
+                   speedup=(answer.decision.speedup
+                            if answer.decision is not None and answer.decided
                             else library.median_us / b.median_us if library else None),
                    decision=decision_out(answer.decision) if answer.decision else None)
 
@@ -112,6 +118,7 @@ def trial_out(m: MeasurementRecord, trial_number: int | None, problem: Problem) 
         backend=m.backend, config=m.config, status=m.status, median_us=m.median_us,
         p20_us=m.p20_us, p80_us=m.p80_us,
         tflops=problem.tflops(m.median_us) if m.median_us else None, reps=m.reps,
-        rel_error=m.rel_error, compile_s=m.compile_s, bench_s=m.bench_s, error=m.error,
+        rel_error=m.rel_error, precision=m.precision or problem.dtype, compile_s=m.compile_s,
+        bench_s=m.bench_s, error=m.error,
         gpu=m.gpu_model, worker_id=m.worker_id, created_at=m.created_at, env=m.env,
         extra=m.extra or {})

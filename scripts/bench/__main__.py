@@ -1,4 +1,4 @@
-"""``python -m scripts.bench <gemm|agent|attention|cutlass-cache> ...``: one per benchmark."""
+"""``python -m scripts.bench <command> ...``: one command per benchmark (``--help`` lists them)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,19 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from scripts.bench import agent, attention, cutlass_cache, gemm
+from scripts.bench import (
+    agent,
+    attention,
+    attention_sweep,
+    cutlass_cache,
+    fp8_error,
+    gemm,
+    precision,
+)
 
 COMMANDS = {"gemm": gemm, "agent": agent, "attention": attention,
-            "cutlass-cache": cutlass_cache}
+            "attention-sweep": attention_sweep, "precision": precision,
+            "fp8-error": fp8_error, "cutlass-cache": cutlass_cache}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from search.decision.evidence import Roles
-from search.types import Problem, ProblemError
+from search.types import INTERPRETER_GPU, Problem, ProblemError
 
 if TYPE_CHECKING:
     from search.decision import Policy
@@ -67,10 +67,17 @@ class ProblemKind(ABC):
     #: how the rationale writes the baseline and the searched library backend
     baseline_name: ClassVar[str] = ""
     searched_name: ClassVar[str] = ""
+    #: the two integer fields a shapes map plots against each other (the dashboard's); None:
+    #: the problem type's first two integer fields
+    map_axes: ClassVar[tuple[str, str] | None] = None
 
     @property
     def backends(self) -> tuple[str, ...]:
         return (*self.library_backends, *self.custom_backends)
+
+    #: how a backend is named on the CPU (the interpreter device) where its own name would
+    #: mislead: GEMM's ``cublas`` runs torch's CPU matmul there
+    cpu_labels: ClassVar[Mapping[str, str]] = {}
 
     @property
     def roles(self) -> Roles:
@@ -79,7 +86,37 @@ class ProblemKind(ABC):
         return Roles(self.baseline_backend, tier, self.backend_of(tier) if tier else None,
                      self.baseline_name, self.searched_name)
 
+    def labels_on(self, gpu_model: str) -> Mapping[str, str]:
+        """The backends named otherwise than by their id on ``gpu_model`` (text only: the id
+        stays what jobs, measurements and ``--backends`` use)."""
+        return self.cpu_labels if gpu_model == INTERPRETER_GPU else {}
+
+    def label(self, backend: str, gpu_model: str) -> str:
+        """How ``backend`` is named on ``gpu_model``."""
+        return self.labels_on(gpu_model).get(backend, backend)
+
+    def roles_on(self, gpu_model: str) -> Roles:
+        """:attr:`roles` with the labels of ``gpu_model`` (a decision's rationale uses them)."""
+        return dataclasses.replace(self.roles, labels=dict(self.labels_on(gpu_model)))
+
     # -- the spec -------------------------------------------------------------------------------
+    def shape_label(self, problem: Problem) -> str:
+        """The problem's shape as people write it (GEMM ``64x48x80``): its ``describe()``
+        without the trailing dtype, which the dashboard shows in a column of its own."""
+        text = problem.describe()
+        suffix = f" {problem.dtype}"
+        return text[:-len(suffix)] if text.endswith(suffix) and text != suffix else text
+
+    def axes(self) -> tuple[str, str] | None:
+        """The shapes map's axes (:attr:`map_axes`, else the first two integer fields of the
+        problem type); None when it has fewer than two."""
+        if self.map_axes is not None:
+            return self.map_axes
+        hints = typing.get_type_hints(self.problem_type)
+        ints = [f.name for f in dataclasses.fields(self.problem_type)
+                if f.init and hints.get(f.name) is int]
+        return (ints[0], ints[1]) if len(ints) >= 2 else None
+
     def parse(self, data: Mapping[str, Any]) -> Problem:
         """The problem ``data`` describes; ``ProblemError`` names the field that breaks a rule
         (an unknown or missing field too). Served-only rules are :meth:`check_served`'s."""
@@ -111,6 +148,29 @@ class ProblemKind(ABC):
         if not set(backends) & set(self.backends):
             raise ProblemError("backends", f"a {self.name} problem runs on "
                                            f"{', '.join(self.backends)}")
+
+    def check_policy(self, problem: Problem, policy: Policy, backends: Sequence[str]) -> None:
+        """Raise ``ProblemError`` (field ``policy.allow.<precision>``) when the policy allows a
+        lower precision that no backend of ``backends`` computes ``problem`` in."""
+        for precision in policy.allow:
+            why = self.lowering_refusal(problem, precision, backends)
+            if why is not None:
+                raise ProblemError(f"policy.allow.{precision}", why)
+
+    def lowering_refusal(self, problem: Problem, precision: str, backends: Sequence[str]
+                         ) -> str | None:
+        """Why no backend of ``backends`` computes ``problem`` in ``precision`` (one of
+        ``search.decision.policy.LOWER_PRECISIONS``); ``None`` when one does. The default:
+        none computes below the input precision."""
+        return f"no {self.name} backend computes in a precision below the input's"
+
+    def precision_of(self, problem: Problem, backend: str, config: Mapping[str, Any]
+                     ) -> str | None:
+        """The precision a kernel (``backend`` with ``config``) computes ``problem`` in when
+        it is below the input precision (``None``: the input precision). A lowered kernel's
+        error is judged against the policy's bound (``Policy.judge``), and
+        ``GET /v1/best?exact=true`` leaves it out."""
+        return None
 
     def check_catalogue(self, backend: str, body: dict[str, Any]) -> dict[str, Any]:
         """A catalogue a worker declares for ``backend`` as it is stored; ``ValueError`` when

@@ -90,6 +90,7 @@ def test_tasks_move_out_of_backend_and_back(database_url: str) -> None:
     assert v["library_us"] == ROUNDS["library_us"] and v["custom_us"] == ROUNDS["custom_us"]
     assert (v["library_id"], v["custom_id"], v["rounds"], v["status"]) == (2, 3, 5, "ok")
     assert evidence["verdict"] == "custom_wins"
+    upgrade(database_url)  # the ORM below is the head's
     db = Database(database_url)
     try:
         with db.read_session() as s:

@@ -46,7 +46,7 @@ def test_a_plugin_kind_is_tuned_end_to_end(database_url: str, monkeypatch: pytes
     assert decision["spend"]["cutlass"]["trials"] == 0
     assert decision["spend"]["library"]["trials"] == 1
     assert [t["search"] for t in decision["library_trials"]] == [False]
-    assert decision["attainable_us"] > 0
+    assert decision["attainable_us"] is None  # the CPU's calibration is no roofline
     # the library side is the kind's torch kernel, the custom side its Triton template, every
     # one checked against the kind's float64 reference before it was timed
     assert job["library_best"]["backend"] == "torch"

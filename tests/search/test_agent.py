@@ -64,7 +64,9 @@ def test_roofline_of_a_compute_bound_and_a_memory_bound_shape() -> None:
     nbytes = (16 * 4096 + 4096 * 4096 + 16 * 4096) * 2
     assert decode.attainable_us == pytest.approx(nbytes / 3000e9 * 1e6)
     assert decode.efficiency(2 * decode.attainable_us) == pytest.approx(0.5)
-    assert decode.efficiency(0.5 * decode.attainable_us) == 1.0
+    # a little under the floor is at the roofline; far under it refutes the floor: unknown
+    assert decode.efficiency(0.95 * decode.attainable_us) == 1.0
+    assert decode.efficiency(0.5 * decode.attainable_us) is None
     fp32 = GemmProblem(4096, 4096, 4096, dtype="fp32")
     exact, tf32 = roofline(fp32, cal), roofline(fp32, cal, allow_tf32=True)
     assert exact is not None and tf32 is not None

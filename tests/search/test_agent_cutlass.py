@@ -290,13 +290,14 @@ def test_a_first_wave_short_of_the_threshold_releases_the_other_seeds() -> None:
 
 
 def test_tune_library_searches_cutlass_before_a_sufficient_verdict() -> None:
-    """cuBLAS at 98% of the roofline and FAKE CUTLASS seeds 10% faster (over 100%, as fp8's
-    seeds read on the H100): the library is sufficient from the first measurement on, yet by
+    """cuBLAS at 98% of the roofline and FAKE CUTLASS seeds 4% faster (over 100%, as fp8's
+    seeds read on the H100, and the searched op 6% under the floor: within FLOOR_SLACK, so at
+    the roofline): the library is sufficient from the first measurement on, yet by
     default every seed is measured at once and the CUTLASS search runs until it stalls, so its
     4%-faster op (found second, as run 7's full search found fp8's ping-pong op) is the
     library's pick; no custom kernel is tried. Without ``tune_library`` the job ends on the
     first wave's seed."""
-    seed_us = ATTAINABLE / 0.98 / 1.1
+    seed_us = ATTAINABLE / 0.98 / 1.04
     search = [(op(1), seed_us * 1.02, 0.0), (op(2), seed_us / 1.04, 0.0)] + [
         (op(2, swizzle=w, raster=r), seed_us / 1.035, 0.0)
         for r in ("heuristic", "along_m", "along_n") for w in (2, 4, 8)]

@@ -5,7 +5,8 @@ Run as a module (``python -m tests.service.no_gpu_stack``) in a fresh interprete
 ``test_no_gpu_stack.py`` in the main suite (where torch is installed but must stay unimported)
 and by ``.ci/run`` in a virtual environment that has only the package's own dependencies.
 A worker declares a two-operation CUTLASS catalogue, and the first stage still measures a
-CUTLASS seed: the API host ranks what the worker declared.
+CUTLASS seed: the API host ranks what the worker declared. The dashboard's pages, scripts and
+Plotly's bundle are served from the installed package.
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ def main() -> None:
             assert lease.status_code == 200, lease.text
             backends = {c["task"] or c["backend"] for c in lease.json()["candidates"]}
             assert {"calibrate", "cublas", "cutlass"} <= backends, backends
+            # the dashboard ships with the package: templates, scripts and Plotly's bundle
+            for path, text in (("/ui", "Tuned problems"), ("/ui/jobs", "Queued and running"),
+                               ("/ui/static/problem.js", "Plotly.newPlot"),
+                               ("/ui/vendor/plotly.min.js", "plotly.js")):
+                r = http.get(path)
+                assert r.status_code == 200 and text in r.text, (path, r.status_code)
     loaded = sorted(m for m in sys.modules if m.split(".")[0] in GPU_STACK)
     assert not loaded, f"the API imported {loaded}"
     print("the API served requests without", ", ".join(GPU_STACK))

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service.client import KernelSearchClient, KernelSearchConnectionError, KernelSearchError
+from service.client import (
+    KernelSearchClient,
+    KernelSearchConnectionError,
+    KernelSearchError,
+    backoff,
+    retryable,
+)
 
 
 def test_client_round_trip(client: TestClient, driver: Any) -> None:
@@ -58,7 +65,30 @@ def test_retries_5xx_429_and_connection_errors() -> None:
     transport, calls = _scripted([httpx.ConnectError("refused"), 503, 429, 200])
     api = KernelSearchClient("http://x", transport=transport, retries=3, sleep=sleeps.append)
     assert api.get_job(1) == {}
-    assert len(calls) == 4 and sleeps == [0.5, 1.0, 2.0]
+    assert len(calls) == 4 and len(sleeps) == 3
+    # exponential back-off with equal jitter: between half and all of 0.5, 1 and 2 s
+    for wait, ceiling in zip(sleeps, (0.5, 1.0, 2.0), strict=True):
+        assert ceiling / 2 <= wait <= ceiling
+
+
+def test_back_off_is_jittered_capped_and_honours_retry_after() -> None:
+    rng = random.Random(7)
+    waits = [backoff(3, 0.5, 30.0, rng) for _ in range(200)]
+    assert all(2.0 <= w <= 4.0 for w in waits)
+    assert max(waits) - min(waits) > 1.0  # spread out, so clients cut off together disperse
+    assert all(15.0 <= backoff(40, 0.5, 30.0, rng) <= 30.0 for _ in range(20))  # the cap
+
+    def busy(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, headers={"Retry-After": "7"}, json={"detail": "db down"})
+
+    sleeps: list[float] = []
+    api = KernelSearchClient("http://x", transport=httpx.MockTransport(busy), retries=2,
+                             sleep=sleeps.append)
+    with pytest.raises(KernelSearchError) as err:
+        api.get_job(1)
+    assert err.value.status_code == 503 and retryable(err.value)
+    assert sleeps == [7.0, 7.0]
+    assert not retryable(KernelSearchError(404, "no such job"))
 
 
 def test_4xx_raises_at_once_and_gives_up_after_retries() -> None:

@@ -11,11 +11,13 @@ import pytest
 from pydantic import ValidationError
 
 from search.decision import Policy
-from search.decision.policy import bounds_of
-from service.schemas import PolicyIn
+from search.decision.policy import MAX_REL_ERROR, Allowance, bounds_of
+from service.schemas import AllowanceIn, PolicyIn
 
 FIELDS = dataclasses.fields(Policy)
 HINTS = get_type_hints(Policy)
+#: The numeric and boolean fields (``allow``, a mapping, has its own tests below).
+SCALARS = [f for f in FIELDS if HINTS[f.name] in (bool, int, float)]
 
 
 def _outside(f: dataclasses.Field[Any]) -> list[Any]:
@@ -40,7 +42,7 @@ def test_the_schema_has_the_policys_fields_and_defaults() -> None:
         assert PolicyIn.model_fields[f.name].description == bounds_of(f).doc
 
 
-@pytest.mark.parametrize("f", [f for f in FIELDS if HINTS[f.name] is not bool],
+@pytest.mark.parametrize("f", [f for f in SCALARS if HINTS[f.name] is not bool],
                          ids=lambda f: f.name)
 def test_both_refuse_a_value_out_of_range_by_name(f: dataclasses.Field[Any]) -> None:
     values = _outside(f)
@@ -60,8 +62,8 @@ def test_both_refuse_a_value_out_of_range_by_name(f: dataclasses.Field[Any]) -> 
 
 
 def test_types_are_kept_strict() -> None:
-    ints = [f.name for f in FIELDS if HINTS[f.name] is int]
-    floats = [f.name for f in FIELDS if HINTS[f.name] is float]
+    ints = [f.name for f in SCALARS if HINTS[f.name] is int]
+    floats = [f.name for f in SCALARS if HINTS[f.name] is float]
     assert ints and floats
     for name in ints:  # no silent truncation of 8.5, no "8"
         for value in (8.5, "8"):
@@ -75,3 +77,47 @@ def test_types_are_kept_strict() -> None:
             Policy(**{name: math.nan})
     with pytest.raises(ValidationError):
         PolicyIn.model_validate({"unknown": 1})
+
+
+# -- policy.allow: lower precisions and their error bounds ---------------------------------------
+def test_allow_is_a_mapping_of_known_precisions_to_a_bound() -> None:
+    body = {"allow": {"fp8_e4m3": {"max_rel_error": 0.03}}}
+    dumped = PolicyIn.model_validate(body).model_dump()
+    assert dumped["allow"] == body["allow"]
+    policy = Policy.from_dict(dumped)
+    assert policy.bound("fp8_e4m3") == 0.03 and policy.to_dict()["allow"] == body["allow"]
+    assert Policy().bound("fp8_e4m3") is None and Policy().to_dict()["allow"] == {}
+    # the bound's range and meaning are written once, on the dataclass
+    (f,) = dataclasses.fields(Allowance)
+    assert AllowanceIn.model_fields["max_rel_error"].description == bounds_of(f).doc
+    assert bounds_of(f).le == MAX_REL_ERROR and bounds_of(f).gt == 0
+
+
+@pytest.mark.parametrize(("allow", "loc", "words"), [
+    ({"fp8_e4m3": {"max_rel_error": -0.01}}, ("allow", "fp8_e4m3", "max_rel_error"),
+     "greater than 0"),
+    ({"fp8_e4m3": {"max_rel_error": 0.0}}, ("allow", "fp8_e4m3", "max_rel_error"),
+     "greater than 0"),
+    ({"fp8_e4m3": {"max_rel_error": 1.5}}, ("allow", "fp8_e4m3", "max_rel_error"),
+     "less than or equal to 0.5"),
+    ({"fp8_e4m3": {"max_rel_error": "3%"}}, ("allow", "fp8_e4m3", "max_rel_error"), ""),
+    ({"fp8_e4m3": {}}, ("allow", "fp8_e4m3", "max_rel_error"), "required"),
+    ({"fp8_e4m3": {"max_rel_error": 0.03, "min": 0}}, ("allow", "fp8_e4m3", "min"), ""),
+    ({"fp4": {"max_rel_error": 0.03}}, ("allow", "fp4", "[key]"), "unknown precision"),
+    ({"fp8_e4m3": 0.03}, ("allow", "fp8_e4m3"), ""),
+])
+def test_a_bad_allowance_is_refused_naming_its_field(allow: Any, loc: tuple[str, ...],
+                                                     words: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        PolicyIn.model_validate({"allow": allow})
+    (err,) = e.value.errors()
+    assert err["loc"] == loc and words in err["msg"]
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -1.0, 0.0, 0.51])
+def test_the_dataclass_refuses_what_the_schema_refuses(value: float) -> None:
+    with pytest.raises(ValueError, match=r"policy\.allow\.fp8_e4m3\.max_rel_error"):
+        Policy(allow={"fp8_e4m3": {"max_rel_error": value}})
+    with pytest.raises(ValueError, match=r"policy\.allow\.int8: unknown precision"):
+        Policy(allow={"int8": {"max_rel_error": 0.1}})
+    assert Policy(allow={"fp8_e4m3": {"max_rel_error": MAX_REL_ERROR}}).bound("fp8_e4m3") == 0.5
