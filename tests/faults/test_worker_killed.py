@@ -76,8 +76,10 @@ def test_a_worker_killed_mid_batch(database_url: str, tmp_path: Path) -> None:
         last_doomed = max(a for w, a in got if w == "doomed")
         assert rows[cid].attempts > last_doomed
         assert [a for w, a in got if w == "rescuer"][0] > last_doomed, got
-    # What the killed worker had stored before it died stays, and is not run again.
-    assert by_doomed <= doomed_stored
+    # What the killed worker was told was stored is there (the kill can fall between the API
+    # storing a report and the worker logging it, so the log may name fewer), and stays, and is
+    # not run again.
+    assert doomed_stored <= by_doomed
     for cid in by_doomed:
         assert [after.workers[m.worker_id or 0] for m in after.measurements_of(cid)] == \
             ["doomed"]
