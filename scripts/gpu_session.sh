@@ -20,6 +20,11 @@
 #                          AGENT_MODES=agent: only the agent mode (default agent,full)
 #          PRECISION_SHAPES="4096x4096x4096"  also run `python -m scripts.bench precision` on
 #                                           them (fp8 and bf16-in-fp8 side by side; default: not)
+#          CUTLASS_BUILD="docs/benchmarks/gemm_hard.json:8 docs/benchmarks/precision.json:4"
+#                          first fill KS_CUTLASS_CACHE (default OUTDIR/cutlass-cache) with
+#                          `python -m scripts.bench cutlass-cache` on this host's cores, the
+#                          first N ranked ops of each shape file (default: not); the cache is
+#                          packed into OUTDIR/cutlass_cache.tgz to carry to the next session
 #          DEADLINE=540  seconds from the start
 # Dependencies must be importable already: install the wheelhouse that scripts/wheelhouse.sh
 # builds (README), and point KS_CUTLASS_CACHE at a cache `python -m scripts.bench
@@ -37,7 +42,7 @@ rc=0
 
 left() { echo $(( deadline - (SECONDS - start) )); }
 pack() { tar czf "$out/results.tgz.part" -C "$out" --exclude='results.tgz*' --exclude='*.db' \
-           --exclude='triton-cache-*' . && mv "$out/results.tgz.part" "$out/results.tgz"; }
+           --exclude='triton-cache-*' --exclude='cutlass-cache' --exclude='cutlass_cache.tgz' . && mv "$out/results.tgz.part" "$out/results.tgz"; }
 gpu_state() {
   nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
     --format=csv,noheader 2>&1 | sed "s/^/[$(date -u +%H:%M:%S)] $1: /"
@@ -56,6 +61,21 @@ case ",$backends," in *,cutlass,*)
       | tee -a "$out/env.txt"
     exit 2; } ;;
 esac
+
+if [ -n "${CUTLASS_BUILD:-}" ]; then
+  export KS_CUTLASS_CACHE=${KS_CUTLASS_CACHE:-$out/cutlass-cache}
+  for spec in $CUTLASS_BUILD; do
+    echo "== CUTLASS cache: ${spec%%:*}, ${spec##*:} ops per shape, into $KS_CUTLASS_CACHE"
+    timeout "$(left)" python3 -m scripts.bench cutlass-cache --shapes "${spec%%:*}" \
+      --max-ops "${spec##*:}" --jobs "$(nproc)" --cache "$KS_CUTLASS_CACHE" \
+      --out "$out/cutlass_cache_$(basename "${spec%%:*}" .json)" 2>&1 \
+      | tee -a "$out/cutlass_cache.log" | tail -n 15
+    rc=$(( rc | PIPESTATUS[0] ))
+  done
+  tar czf "$out/cutlass_cache.tgz" -C "$KS_CUTLASS_CACHE" --exclude=locks . && \
+    echo "cache packed: $(du -h "$out/cutlass_cache.tgz" | cut -f1)"
+  pack
+fi
 
 tests=${TESTS-tests/gpu}
 if [ -n "$tests" ]; then

@@ -122,6 +122,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--timeout", type=float, default=420.0, help="per job, seconds")
     ap.add_argument("--deadline", type=float, default=None,
                     help="seconds from the start after which no new shape starts")
+    ap.add_argument("--cutlass-compile-s", type=float, default=None,
+                    help="the jobs' policy.cutlass_compile_s (default: the service's); 0 keeps "
+                         "the CUTLASS search to the ops a prebuilt cache holds")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -149,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
                 "cuda": device.cuda, "torch": torch.__version__, "triton": triton.__version__,
                 "python": platform.python_version(), "date": datetime.now(UTC).isoformat(),
                 "trials": trials, "rounds": args.rounds, "policy": args.policy,
-                "backends": backends, "shapes": str(args.shapes)}
+                "backends": backends, "shapes": str(args.shapes),
+                "cutlass_compile_s": args.cutlass_compile_s}
         for i in picked:
             shape = shapes[i]
             row: dict[str, Any] = {"index": i, "shape": f"{shape['m']}x{shape['n']}x{shape['k']}",
@@ -183,6 +187,8 @@ def _tune(cluster: Any, shape: dict[str, Any], row: dict[str, Any], trials: int,
     problem = {"kind": "gemm", "m": shape["m"], "n": shape["n"], "k": shape["k"],
                "dtype": dtype, "layout_b": "col" if dtype == "fp8_e4m3" else "row"}
     policy = {"full_search": args.policy == "full", "allow_tf32": dtype == "fp32"}
+    if args.cutlass_compile_s is not None:
+        policy["cutlass_compile_s"] = args.cutlass_compile_s
     t0 = time.monotonic()
     try:
         job = cluster.client.submit_job(problem, budget={"max_trials": trials}, policy=policy,
