@@ -155,7 +155,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="each mode measures its own calibration (default: the first mode's "
                          "is given to the other)")
     ap.add_argument("--cutlass-compile-s", type=float, default=300.0,
-                    help="compile-seconds of the CUTLASS search (fp8 jobs; cached ops are free)")
+                    help="compile-seconds of the CUTLASS search of every job with CUTLASS (cached "
+                         "ops are free; 0: the prebuilt cache's ops only)")
     ap.add_argument("--merge", default="", help="comma-separated agent_bench.json files of "
                     "earlier runs on the same GPU model (e.g. the other mode, or other shapes) "
                     "to report side by side; with --modes '' nothing runs and the report is "
@@ -207,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
                     # the library's fp8 kernels (cuBLAS's _scaled_mm and CUTLASS) against the
                     # Triton fp8 template (the fp8 tier)
                     backends += [] if "cutlass" in backends else ["cutlass"]
+                if "cutlass" in backends:
                     policy["cutlass_compile_s"] = args.cutlass_compile_s
                 job = run_job(cluster, problem, args.trials, policy, args.timeout, backends)
                 job["trials"] = job_trials(cluster, job)
