@@ -58,8 +58,8 @@ def compile_in_child(config: dict[str, Any], row_scales: bool = False, timeout: 
     ``{"shared": bytes}`` on stdout when it compiled; otherwise its stderr says why."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     return subprocess.run([sys.executable, "-m", "tests.kernel_templates.fp8_sm90_compile",
-                           json.dumps(config), json.dumps(row_scales)], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+                           json.dumps(config), json.dumps(row_scales)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
 
 
 if __name__ == "__main__":
