@@ -8,6 +8,8 @@ fails: lift (or narrow) the rule, after checking the results on a GPU
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,8 @@ from search.kinds.gemm.spec import GemmProblem
 from search.limits import DeviceLimits
 from tests.kernel_templates.fp8_sm90_compile import compile_in_child
 
+COMPILES = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
+            / "fp8_cluster_compile_cpu_2026-11-24.json")
 H100 = DeviceLimits()
 FP8 = GemmProblem(m=4096, n=4096, k=4096, dtype="fp8_e4m3", layout_b="col")
 BF16 = GemmProblem(m=4096, n=4096, k=4096)
@@ -75,3 +79,11 @@ def test_the_rule_is_as_narrow_as_the_compiles(tile: tuple[int, int, int], row_s
     assert fp8_cluster_refusal({**cfg, "num_ctas": 1}, row_scales) is None
     lowered = fp8_space.complete({**cfg, "SCALES": "row" if row_scales else "tensor"}, True)
     assert any("num_ctas=2" in v for v in fp8_space.violations(BF16, lowered, H100)) is refused
+
+
+def test_the_rule_matches_every_recorded_compile() -> None:
+    rows = json.loads(COMPILES.read_text())["rows"]
+    assert len(rows) > 100 and any(r["compiles"] for r in rows)
+    wrong = [r for r in rows
+             if (fp8_cluster_refusal(r["config"], r["row_scales"]) is None) != r["compiles"]]
+    assert wrong == []
