@@ -20,8 +20,9 @@ Configuration keys (``search.kinds.gemm.fp8_space``): ``BLOCK_M``, ``BLOCK_N``, 
 
 - ``PERSISTENT`` (0/1): one program per SM (cluster) walking output tiles in the grouped order,
   its tile and K loops fused into one software pipeline;
-- ``num_ctas`` (1/2): the cluster launch (``search.kinds.gemm.cluster`` says where it runs; A is
-  always row-major here, so everywhere);
+- ``num_ctas`` (1/2): the cluster launch (``search.kinds.gemm.cluster`` says where it runs: A is
+  always row-major here, so wherever Triton compiles the tile in a cluster,
+  ``fp8_cluster_refusal``);
 - ``FAST_ACC`` (0/1): 0 (default) promotes the tensor cores' partial sums into the fp32
   accumulator once per ``BLOCK_K`` (``max_num_imprecise_acc=BLOCK_K``: the fp8 wgmma's own
   accumulator keeps about 14 bits, so over a long K it would drift); 1 keeps the sums in the

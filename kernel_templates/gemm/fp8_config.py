@@ -8,6 +8,7 @@ from typing import Any
 
 from kernel_templates.configs import check_keys, check_powers_of_two
 from kernel_templates.errors import InvalidConfig
+from search.kinds.gemm.cluster import fp8_cluster_refusal
 from search.kinds.gemm.fp8_space import (
     DEFAULTS,
     LOWERED,
@@ -58,6 +59,7 @@ def check_config(config: dict[str, Any], lowered: bool) -> dict[str, Any]:
         cfg[key] = _int_in(full, key, (0, 1))
     cfg["num_ctas"] = _int_in(full, "num_ctas", (1, 2))
     if not lowered:
+        _check_cluster(cfg, row_scales=False)
         return cfg
     if full["PRECISION"] != LOWERED:
         raise InvalidConfig(f"PRECISION must be {LOWERED!r}, got {full['PRECISION']!r}")
@@ -71,4 +73,11 @@ def check_config(config: dict[str, Any], lowered: bool) -> dict[str, Any]:
         cfg[key] = v
     if cfg["Q_BLOCK_K"] < 16:
         raise InvalidConfig(f"Q_BLOCK_K must be at least 16, got {cfg['Q_BLOCK_K']}")
+    _check_cluster(cfg, row_scales=cfg["SCALES"] == "row")
     return cfg
+
+
+def _check_cluster(cfg: dict[str, Any], row_scales: bool) -> None:
+    why = fp8_cluster_refusal(cfg, row_scales)
+    if why:
+        raise InvalidConfig(why)

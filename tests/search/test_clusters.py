@@ -15,7 +15,8 @@ from kernel_templates.errors import Unsupported
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.triton import matmul
 from search.kinds.gemm import fp8_space, triton_space
-from search.kinds.gemm.cluster import cluster_refusal, cluster_violations
+from search.kinds.gemm.cluster import cluster_refusal, cluster_violations, fp8_cluster_refusal
+from search.kinds.gemm.fp8_tuner import Fp8Tuner
 from search.kinds.gemm.spec import GemmProblem
 from search.kinds.gemm.triton_constraints import violations
 from search.kinds.gemm.triton_tuner import GemmTuner
@@ -95,3 +96,17 @@ def test_the_launcher_refuses_with_the_same_rule(extra: dict[str, Any]) -> None:
     ok = make_inputs(row, "cpu", 0)
     matmul(ok.a, ok.b, config, out=ok.out)
     assert torch.isfinite(ok.out).all()
+
+
+def test_the_fp8_tuner_never_proposes_a_cluster_tile_that_does_not_compile(tmp_path: Path
+                                                                           ) -> None:
+    fp8 = GemmProblem(m=4096, n=4096, k=4096, dtype="fp8_e4m3", layout_b="col")
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    try:
+        tuner = Fp8Tuner(url, fp8, "fake-gpu", H100)
+        proposed = [p.config for p in tuner.propose(32, lambda c: None)]
+    finally:
+        close_storages()
+    clusters = [c for c in proposed if c["num_ctas"] == 2]
+    assert clusters  # the dimension is searched
+    assert not [c for c in clusters if fp8_cluster_refusal(c, row_scales=False)]

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from search.decision.evidence import TierPlan
-from search.kinds.gemm.cluster import cluster_violations
+from search.kinds.gemm.cluster import cluster_violations, fp8_cluster_refusal
 from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 from search.limits import DeviceLimits
 from search.optimizer import Choice
@@ -138,6 +138,10 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
     # lowered one) is row-major whatever the problem's layout: clusters are allowed
     # (tests/gpu/test_clusters.py checks them)
     out += cluster_violations(problem, config, tma_a=False)
+    why = fp8_cluster_refusal(config, row_scales=lowered(problem)
+                              and config.get("SCALES", "row") == "row")
+    if why:
+        out.append(why)
     row_bytes = problem.n * DTYPE_BYTES[problem.out_dtype or "bf16"]
     if config.get("TMA_STORE", 0) and row_bytes % 16:
         out.append(f"TMA_STORE=1 needs 16-byte output rows; n={problem.n} gives {row_bytes} B")

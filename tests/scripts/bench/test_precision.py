@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +70,41 @@ def test_shapes_parse_and_the_report_lists_every_contender() -> None:
         "| yes |" in text
 
 
+def test_max_rel_error_gives_one_bf16_job_per_bound() -> None:
+    ap = argparse.ArgumentParser()
+    bench.add_arguments(ap)
+    args = ap.parse_args(["--out", "x", "--max-rel-error", "0.03, 0.05"])
+    assert args.max_rel_error == BOUNDS
+    assert ap.parse_args(["--out", "x"]).max_rel_error == BOUNDS  # the 3% and 5%
+    assert ap.parse_args(["--out", "x", "--bounds", "0.1"]).max_rel_error == {"fp8<=0.1": 0.1}
+
+
+@pytest.mark.parametrize(("text", "why"), [("0.03,x", "is not a number"),
+                                           ("0", "in (0, 1]"), ("-0.03", "in (0, 1]"),
+                                           ("1.5", "in (0, 1]"), (",", "at least one")])
+def test_a_bad_bound_is_refused_naming_the_option(text: str, why: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="--max-rel-error: .*" + re.escape(why)):
+        bench.parse_bounds(text)
+
+
+def test_the_served_precision_and_error_under_each_bound_side_by_side() -> None:
+    got = bench.served_by_bound(rows(112.0, (140.0, "fp8_e4m3", 0.037)), BOUNDS)
+    assert [(b["policy"], b["backend"], b["precision"], b["within"]) for b in got] == [
+        ("exact", "cublas", "bf16", None), ("fp8<=0.03", "cublas", "bf16", True),
+        ("fp8<=0.05", "triton", "fp8_e4m3", True)]
+    assert got[2]["vs_cublas"] == pytest.approx(177 / 140) and got[2]["rel_error"] == 0.037
+    shape = {"shape": "4096x4096x4096", "rows": rows(112.0, (140.0, "fp8_e4m3", 0.037))}
+    text = bench.render({"meta": {"gpu": "GPU (FAKE)", "torch": "t", "cuda": "c",
+                                  "triton": "x", "date": "d", "trials": 48, "rounds": 5,
+                                  "inputs": "normal", "bounds": BOUNDS}, "shapes": [shape]})
+    assert "| fp8<=0.03 | cublas | bf16 | 177.0 | 1.000 | 1.60e-03 | yes |" in text
+    assert "| fp8<=0.05 | triton | fp8_e4m3 | 140.0 | 1.264 | 3.70e-02 | yes |" in text
+
+
 @pytest.mark.slow
 def test_a_smoke_run_on_the_cpu(tmp_path: Path) -> None:
-    args = argparse.Namespace(out=tmp_path, shapes="64x48x96", bounds="0.05", trials=2,
+    args = argparse.Namespace(out=tmp_path, shapes="64x48x96",
+                              max_rel_error=bench.parse_bounds("0.05"), trials=2,
                               rounds=2, backends="cublas,triton", cutlass_trials=0,
                               cutlass_compile_s=0.0, job_s=600.0, db=None, interpret=True)
     assert bench.run(args) == 0
