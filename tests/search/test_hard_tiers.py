@@ -265,6 +265,34 @@ def test_stream_k_seeds_are_feasible(index: int) -> None:
     assert streamk_space.violations(p, huge, LIMITS)  # shared memory and registers
 
 
+def test_stream_k_seeds_columns_order_first_where_b_dwarfs_a() -> None:
+    # 192x6144x6144: B is 32 times A; one tile row (BLOCK_M 256 >= m) leads, then groups of
+    # 128- and 64-row tiles, then the rows-order seeds
+    p = shape(5)
+    seeds = streamk_space.seeds(p)
+    assert seeds[0]["ORDER"] == "columns" and seeds[0]["BLOCK_M"] == 256
+    assert [s["ORDER"] for s in seeds[:4]] == ["columns"] * 4
+    assert {s["ORDER"] for s in seeds[4:]} == {"rows"}
+    assert 256 in dict((c.name, c.values) for c in streamk_space.space(p))["BLOCK_M"]
+    assert streamk_space.seeds(shape(6))[0]["ORDER"] == "columns"  # 320x4096x12288
+    square = GemmProblem(1024, 1024, 8192)
+    assert streamk_space.seeds(square)[0]["ORDER"] == "rows"
+
+
+def test_stream_k_columns_order_searches_one_group_m() -> None:
+    p = shape(5)
+    config = {**streamk_space.seeds(p)[0], "GROUP_M": 8}
+    assert any("GROUP_M" in r for r in streamk_space.violations(p, config, LIMITS))
+    assert not streamk_space.violations(p, {**config, "ORDER": "rows"}, LIMITS)
+    assert streamk_space.violations(p, {**config, "ORDER": "diagonal"}, LIMITS)
+
+
+def test_the_repair_tier_keeps_stream_k_in_rows_order() -> None:
+    p = GemmProblem(128, 8192, 4097)  # B dwarfs A, but the repair's inner stays as it was
+    assert "ORDER" not in {c.name for c in repair_space.space(p, "streamk")}
+    assert all("ORDER" not in s for s in repair_space.seeds(p, "streamk"))
+
+
 def test_stream_k_seeds_shrink_to_small_problems() -> None:
     p = GemmProblem(40, 48, 200)
     legal = {c.name: c.values for c in streamk_space.space(p)}
