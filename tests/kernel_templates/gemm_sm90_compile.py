@@ -113,6 +113,8 @@ def streamk_shared(config: dict[str, Any], tma: bool = True) -> int:
 def skinny_shared(config: dict[str, Any]) -> int:
     """Shared memory (bytes) of the skinny kernel's pointer path under ``config`` for bf16
     row-major operands on sm_90."""
+    import triton
+
     from kernel_templates.gemm import skinny
 
     cfg = skinny.check_skinny_config(config)
@@ -120,12 +122,13 @@ def skinny_shared(config: dict[str, Any]) -> int:
             "stride_cm", "stride_cn")
     types = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "ws_ptr": "*fp32",
              "cnt_ptr": "*i32", **dict.fromkeys(ints, "i32")}
-    tile = cfg["BLOCK_M"] * cfg["BLOCK_N"]
+    share = triton.cdiv(cfg["BLOCK_M"] * cfg["BLOCK_N"], cfg["SPLIT_K"])
+    block = triton.next_power_of_2(share)
+    chunk = 1 << (max(1, min(cfg["SPLIT_K"], 4096 // block)).bit_length() - 1)
     consts = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-                  SPLIT_K=cfg["SPLIT_K"], TILES_N=4, MODE=1, SPIN=1 << 20,
-                  CHUNK=max(1, min(cfg["SPLIT_K"], 4096 // max(1, tile // cfg["SPLIT_K"]))),
-                  FENCE=True, BARRIER_FENCE=False, EVEN_K=True, EVEN_MN=True,
-                  INPUT_PRECISION="tf32")
+                  SPLIT_K=cfg["SPLIT_K"], TILES_N=4, MODE=1, SPIN=1 << 20, CHUNK=chunk,
+                  SHARE=share, SHARE_BLOCK=block, FENCE=True, BARRIER_FENCE=False,
+                  EVEN_K=True, EVEN_MN=True, INPUT_PRECISION="tf32")
     aligned = ["a_ptr", "b_ptr", "c_ptr", "ws_ptr", "cnt_ptr", "stride_am", "stride_bk",
                "K_PER_SPLIT"]
     return compile_sm90(skinny._skinny_kernel, types, consts, aligned,
