@@ -118,8 +118,8 @@ def skinny_shared(config: dict[str, Any]) -> int:
     from kernel_templates.gemm import skinny
 
     cfg = skinny.check_skinny_config(config)
-    ints = ("M", "N", "K", "K_PER_SPLIT", "stride_am", "stride_ak", "stride_bk", "stride_bn",
-            "stride_cm", "stride_cn")
+    # unit strides are constants, as the JIT specializes an integer argument equal to 1
+    ints = ("M", "N", "K", "K_PER_SPLIT", "stride_am", "stride_bk", "stride_cm")
     types = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "ws_ptr": "*fp32",
              "cnt_ptr": "*i32", **dict.fromkeys(ints, "i32")}
     share = triton.cdiv(cfg["BLOCK_M"] * cfg["BLOCK_N"], cfg["SPLIT_K"])
@@ -128,7 +128,8 @@ def skinny_shared(config: dict[str, Any]) -> int:
     consts = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
                   SPLIT_K=cfg["SPLIT_K"], TILES_N=4, MODE=1, SPIN=1 << 20, CHUNK=chunk,
                   SHARE=share, SHARE_BLOCK=block, FENCE=True, BARRIER_FENCE=False,
-                  EVEN_K=True, EVEN_MN=True, INPUT_PRECISION="tf32")
+                  EVEN_K=True, EVEN_MN=True, INPUT_PRECISION="tf32", stride_ak=1,
+                  stride_bn=1, stride_cn=1)
     aligned = ["a_ptr", "b_ptr", "c_ptr", "ws_ptr", "cnt_ptr", "stride_am", "stride_bk",
                "K_PER_SPLIT"]
     return compile_sm90(skinny._skinny_kernel, types, consts, aligned,
