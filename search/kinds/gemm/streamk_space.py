@@ -144,7 +144,8 @@ def seeds(problem: GemmProblem, orders: tuple[str, ...] = ORDERS) -> list[dict[s
     """Known-good starting points, complete and within the space (tiles larger than the
     problem shrunk to fit): the tiled template's big-tile seeds in rows order, one CTA per SM
     first; where ``columns_first``, columns-order seeds before them (one tile row of
-    ``BLOCK_M >= m`` where that is at most 256, then 128- and 64-row tiles in groups)."""
+    ``BLOCK_M >= m`` where that is at most 256, then 128- and 64-row tiles in groups, the
+    256-wide ones first: they read the fewest operand bytes from L2 per multiply-add)."""
     rows = [
         (128, 128, 64, 8, 8, 3, 1, "rows"), (128, 256, 64, 8, 8, 3, 1, "rows"),
         (64, 128, 64, 8, 4, 4, 1, "rows"), (128, 128, 64, 8, 4, 4, 2, "rows"),
@@ -155,8 +156,8 @@ def seeds(problem: GemmProblem, orders: tuple[str, ...] = ORDERS) -> list[dict[s
         one_row = [bm for bm in _BLOCK_M if bm >= problem.m]
         rows = [
             *[(bm, 128, 64, 1, 8, 3, 1, "columns") for bm in one_row[:1] if bm >= 128],
-            (128, 128, 64, 1, 8, 4, 1, "columns"), (64, 256, 64, 1, 8, 4, 1, "columns"),
-            (64, 128, 64, 1, 4, 4, 1, "columns"),
+            (128, 256, 64, 1, 8, 3, 1, "columns"), (64, 256, 64, 1, 8, 4, 1, "columns"),
+            (128, 128, 64, 1, 8, 4, 1, "columns"), (64, 128, 64, 1, 4, 4, 1, "columns"),
             *rows,
         ]
     legal = {c.name: c.values for c in space(problem, orders)}
