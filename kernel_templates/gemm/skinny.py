@@ -9,9 +9,9 @@ not land on one program per tile (which is what limits ``gemm.py``'s one-launch 
 Programs. The grid is ``TILES * SPLIT_K`` programs, program ``p`` computing the fp32 partial of
 output tile ``p % TILES`` over K slice ``p // TILES`` (slice-major, so programs running at the same
 time read neighbouring columns of the same rows of B). Each K slice is a contiguous run of
-``K_PER_SPLIT`` (a multiple of ``BLOCK_K``) and the K loop is software-pipelined ``num_stages``
-deep, with pointer loads or Hopper TMA descriptors (``TMA``). How the partials are summed is the
-``MODE``:
+``K_PER_SPLIT`` (a multiple of ``BLOCK_K``; the last slices shorter, or empty where the rounding
+leaves them nothing) and the K loop is software-pipelined ``num_stages`` deep, with pointer loads
+or Hopper TMA descriptors (``TMA``). How the partials are summed is the ``MODE``:
 
 - ``"barrier"`` (one launch, deterministic): every program stores its partial tile to an fp32
   workspace (it stays in L2), then meets every other program at a grid-wide barrier (an atomic
