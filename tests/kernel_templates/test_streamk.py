@@ -54,10 +54,11 @@ def test_stream_k_is_correct_and_deterministic(m: int, n: int, k: int, dtype: st
     run(p, cfg(), programs, device, seed=programs + 100)  # and fresh inputs
 
 
-def test_tma_loads_match_pointer_loads(device: str) -> None:
+@pytest.mark.parametrize("order", ["rows", "columns"])
+def test_tma_loads_match_pointer_loads(order: str, device: str) -> None:
     p = GemmProblem(64, 48, 200, dtype="fp16")  # aligned rows, ragged tiles
-    pointer = run(p, cfg(LOADS="pointer"), 5, device)
-    tma = run(p, cfg(LOADS="tma"), 5, device)
+    pointer = run(p, cfg(LOADS="pointer", ORDER=order), 5, device)
+    tma = run(p, cfg(LOADS="tma", ORDER=order), 5, device)
     assert rel_error(tma, pointer.double()) < 1e-3
 
 
