@@ -9,9 +9,9 @@ not land on one program per tile (which is what limits ``gemm.py``'s one-launch 
 Programs. The grid is ``TILES * SPLIT_K`` programs, program ``p`` computing the fp32 partial of
 output tile ``p % TILES`` over K slice ``p // TILES`` (slice-major, so programs running at the same
 time read neighbouring columns of the same rows of B). Each K slice is a contiguous run of
-``K_PER_SPLIT`` (a multiple of ``BLOCK_K``) and the K loop is software-pipelined ``num_stages``
-deep, with pointer loads or Hopper TMA descriptors (``TMA``). How the partials are summed is the
-``MODE``:
+``K_PER_SPLIT`` (a multiple of ``BLOCK_K``; the last slices shorter, or empty where the rounding
+leaves them nothing) and the K loop is software-pipelined ``num_stages`` deep, with pointer loads
+or Hopper TMA descriptors (``TMA``). How the partials are summed is the ``MODE``:
 
 - ``"barrier"`` (one launch, deterministic): every program stores its partial tile to an fp32
   workspace (it stays in L2), then meets every other program at a grid-wide barrier (an atomic
@@ -54,7 +54,9 @@ with the tiled template.
 
 Configuration (``check_skinny_config``)::
 
-    BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages   powers of two (stages: >= 1)
+    BLOCK_M, BLOCK_N, BLOCK_K, num_warps   powers of two
+    SPLIT_K, num_stages                    positive (SPLIT_K any count, so that the grid can
+                                           fill the SMs: 4 tiles x 33 on 132 SMs)
     MODE  "barrier" | "atomic" | "two_launch"                  (default "barrier")
     TMA   1: TMA loads where they apply (sm90+, bf16/fp16, 16-byte aligned, not MODE "atomic");
           0: pointer loads (the faster on the H100 for these shapes)
@@ -112,26 +114,32 @@ _COUNTERS: dict[torch.device, torch.Tensor] = {}
 @triton.jit
 def _reduce_share(ws_ptr, c_ptr, tile, share, TILES, M, N, stride_cm, stride_cn, ok,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
-                  TILES_N: tl.constexpr, CHUNK: tl.constexpr):
-    # Sums elements [share * SHARE, (share + 1) * SHARE) of ``tile`` over the SPLIT_K partials
-    # (workspace [SPLIT_K, TILES, BLOCK_M * BLOCK_N], whole tiles), CHUNK slices per load, in a
-    # fixed order; stores the in-bounds ones to C (NaN where ``ok`` is false).
+                  TILES_N: tl.constexpr, CHUNK: tl.constexpr, SHARE: tl.constexpr,
+                  SHARE_BLOCK: tl.constexpr):
+    # Sums elements [share * SHARE, (share + 1) * SHARE) of ``tile`` (SHARE = ceil(TILE /
+    # SPLIT_K), the last share cut at the tile's end; SHARE_BLOCK its power-of-two block) over
+    # the SPLIT_K partials (workspace [SPLIT_K, TILES, BLOCK_M * BLOCK_N], whole tiles), CHUNK
+    # slices per load, in a fixed order; stores the in-bounds ones to C (NaN where ``ok`` is
+    # false).
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
-    SHARE: tl.constexpr = TILE // SPLIT_K
-    local = share * SHARE + tl.arange(0, SHARE)
+    lanes = tl.arange(0, SHARE_BLOCK)
+    local = share * SHARE + lanes
+    mine = (lanes < SHARE) & (local < TILE)
     rows = tl.arange(0, CHUNK)
     base = ws_ptr + tile.to(tl.int64) * TILE + local[None, :]
-    total = tl.zeros((SHARE,), dtype=tl.float32)
+    total = tl.zeros((SHARE_BLOCK,), dtype=tl.float32)
     for s in tl.static_range(0, SPLIT_K, CHUNK):
         ptrs = base + ((s + rows).to(tl.int64) * TILES * TILE)[:, None]
-        total += tl.sum(tl.load(ptrs, cache_modifier=".cg"), axis=0)
+        part = tl.load(ptrs, mask=((s + rows) < SPLIT_K)[:, None] & mine[None, :], other=0.0,
+                       cache_modifier=".cg")
+        total += tl.sum(part, axis=0)
     total = tl.where(ok, total, float("nan"))
     pid_m = tile // TILES_N
     pid_n = tile % TILES_N
     offs_m = pid_m * BLOCK_M + local // BLOCK_N
     offs_n = pid_n * BLOCK_N + local % BLOCK_N
     tl.store(c_ptr + offs_m * stride_cm + offs_n * stride_cn,
-             total.to(c_ptr.dtype.element_ty), mask=(offs_m < M) & (offs_n < N))
+             total.to(c_ptr.dtype.element_ty), mask=mine & (offs_m < M) & (offs_n < N))
 
 
 @triton.jit
@@ -177,7 +185,8 @@ def _grid_depart(cnt_ptr):
 def _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
             TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
-            CHUNK: tl.constexpr, FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr):
+            CHUNK: tl.constexpr, SHARE: tl.constexpr, SHARE_BLOCK: tl.constexpr,
+            FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr):
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
     pid_m = tile // TILES_N
     pid_n = tile % TILES_N
@@ -208,7 +217,7 @@ def _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, st
             _fence_each_thread(tile, FENCE and BARRIER_FENCE)
             ok = _grid_arrive_and_wait(cnt_ptr, SPIN)
             _reduce_share(ws_ptr, c_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn, ok,
-                          BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, CHUNK)
+                          BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, CHUNK, SHARE, SHARE_BLOCK)
             _grid_depart(cnt_ptr)
 
 
@@ -219,7 +228,8 @@ def _skinny_kernel(
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
-    CHUNK: tl.constexpr, FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr,
+    CHUNK: tl.constexpr, SHARE: tl.constexpr, SHARE_BLOCK: tl.constexpr,
+    FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):  # fmt: skip
@@ -245,7 +255,8 @@ def _skinny_kernel(
     a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kk in range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K)):
+    # the last slices may be shorter than K_PER_SPLIT (or empty): they stop at K
+    for kk in range(0, tl.cdiv(tl.minimum(K_PER_SPLIT, K - k_start), BLOCK_K)):
         if EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs, eviction_policy="evict_first")
@@ -258,8 +269,8 @@ def _skinny_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
-            BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK, FENCE,
-            BARRIER_FENCE)
+            BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK, SHARE, SHARE_BLOCK,
+            FENCE, BARRIER_FENCE)
 
 
 @triton.jit
@@ -268,7 +279,8 @@ def _skinny_tma_kernel(
     M, N, K, K_PER_SPLIT, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
-    CHUNK: tl.constexpr, FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr,
+    CHUNK: tl.constexpr, SHARE: tl.constexpr, SHARE_BLOCK: tl.constexpr,
+    FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr,
     A_COL: tl.constexpr, B_COL: tl.constexpr,
 ):  # fmt: skip
     # Same work as _skinny_kernel, tiles through the TMA engine (out-of-bounds reads are zeros;
@@ -285,19 +297,20 @@ def _skinny_tma_kernel(
         a, b = tma_tiles(a_desc, b_desc, off_m, off_n, k_start + kk * BLOCK_K, A_COL, B_COL)
         acc = tl.dot(a, b, acc)
     _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
-            BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK, FENCE,
-            BARRIER_FENCE)
+            BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK, SHARE, SHARE_BLOCK,
+            FENCE, BARRIER_FENCE)
 
 
 @triton.jit
 def _reduce_kernel(ws_ptr, c_ptr, M, N, stride_cm, stride_cn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
-                   TILES_N: tl.constexpr, CHUNK: tl.constexpr):
+                   TILES_N: tl.constexpr, CHUNK: tl.constexpr, SHARE: tl.constexpr,
+                   SHARE_BLOCK: tl.constexpr):
     # The second launch of "two_launch": the same grid and the same share-wise sum as "barrier".
     pid = tl.program_id(0)
     TILES = tl.num_programs(0) // SPLIT_K
     _reduce_share(ws_ptr, c_ptr, pid % TILES, pid // TILES, TILES, M, N, stride_cm, stride_cn,
-                  True, BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, CHUNK)
+                  True, BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, CHUNK, SHARE, SHARE_BLOCK)
 
 
 # -- host side ----------------------------------------------------------------------------------
@@ -322,7 +335,9 @@ def check_skinny_config(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` normalised (ints, ``MODE`` and ``TMA`` filled in), or ``InvalidConfig``."""
     check_keys(config, CONFIG_KEYS, OPTIONAL_KEYS)
     cfg: dict[str, Any] = {k: int(config[k]) for k in CONFIG_KEYS}
-    check_powers_of_two(cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps"))
+    check_powers_of_two(cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"))
+    if cfg["SPLIT_K"] < 1:
+        raise InvalidConfig("SPLIT_K must be positive")
     if min(cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) < 16:
         raise InvalidConfig("tl.dot needs BLOCK_M, BLOCK_N and BLOCK_K of at least 16")
     if cfg["num_stages"] < 1:
@@ -380,7 +395,9 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         raise Unsupported(f"MODE=barrier needs at most {_sm_count(a.device)} programs (one per "
                           f"SM, all resident), this config launches {grid}")
     k_per_split = triton.cdiv(triton.cdiv(k, split_k), bk) * bk
-    chunk = max(1, min(split_k, _REDUCE_ELEMS // max(1, tile // split_k)))
+    share = triton.cdiv(tile, split_k)
+    share_block = triton.next_power_of_2(share)
+    chunk = 1 << (max(1, min(split_k, _REDUCE_ELEMS // share_block)).bit_length() - 1)
     if mode == "atomic":
         ws = _buffer(_ACCUM, a.device, tiles * tile, torch.float32, zeroed=True)
         cnt = _buffer(_COUNTERS, a.device, tiles, torch.int32, zeroed=True)
@@ -399,7 +416,8 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         if da is not None and db is not None:
             descs = (da, db)
     common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split_k, TILES_N=tiles_n,
-                  MODE=mode_id, SPIN=SPIN_LIMIT, CHUNK=chunk,
+                  MODE=mode_id, SPIN=SPIN_LIMIT, CHUNK=chunk, SHARE=share,
+                  SHARE_BLOCK=share_block,
                   FENCE=not _interpreting(a.device), BARRIER_FENCE=BARRIER_FENCE,
                   num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if descs is not None:
@@ -411,10 +429,11 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         _skinny_kernel[(grid,)](
             a, b, out, ws, cnt, m, n, k, k_per_split,
             a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-            EVEN_K=k % (bk * split_k) == 0, EVEN_MN=m % bm == 0 and n % bn == 0,
+            EVEN_K=k % bk == 0, EVEN_MN=m % bm == 0 and n % bn == 0,
             INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", **common)
     if mode == "two_launch" and split_k > 1:
         _reduce_kernel[(grid,)](ws, out, m, n, out.stride(0), out.stride(1),
                                 BLOCK_M=bm, BLOCK_N=bn, SPLIT_K=split_k, TILES_N=tiles_n,
-                                CHUNK=chunk, num_warps=4)
+                                CHUNK=chunk, SHARE=share, SHARE_BLOCK=share_block,
+                                num_warps=4)
     return out

@@ -42,11 +42,22 @@ Configuration (``check_streamk_config``)::
     GRID   1 | 2          programs per SM (default 1)
     LOADS  "auto" | "tma" | "pointer"   as in the tiled template (default "auto": TMA on
            sm_90+ for bf16/fp16 operands TMA can describe)
+    ORDER  "rows" | "columns"   how iterations are dealt out (default "rows", as above)
+
+Columns order. With ``"rows"`` the programs that work the tiles of one tile column run at
+different K offsets, so when B is larger than L2 its strip ``[K, BLOCK_N]`` is read from DRAM
+once per tile row. ``"columns"`` deals out the iterations of the tile *columns* to groups of
+``R`` consecutive programs (``R`` the tile rows; the grid is the most whole groups that fit):
+group ``r`` takes range ``r`` and its program ``i`` computes m-tile ``i`` of each column in the
+range, so the ``R`` programs load the same B tiles at about the same time and B comes from DRAM
+about once. Owners and contributors are as above, within a lane: the owner of m-tile ``i`` of a
+column waits for lane ``i`` of the later groups, in group order (still fixed, and still lower
+program ids only). With one tile row (``BLOCK_M >= m``) both orders deal out the same ranges.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import triton
@@ -63,13 +74,14 @@ from kernel_templates.gemm.host import (
 )
 from kernel_templates.gemm.triton import _store_c, _tile_coords, tma_tiles
 
-__all__ = ["CONFIG_KEYS", "OPTIONAL_KEYS", "SPIN_LIMIT", "check_streamk_config",
-           "matmul_streamk", "partition"]
+__all__ = ["CONFIG_KEYS", "OPTIONAL_KEYS", "ORDERS", "SPIN_LIMIT", "Partition",
+           "check_streamk_config", "matmul_streamk", "partition"]
 
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
-OPTIONAL_KEYS: dict[str, Any] = {"GRID": 1, "LOADS": "auto"}
+OPTIONAL_KEYS: dict[str, Any] = {"GRID": 1, "LOADS": "auto", "ORDER": "rows"}
 GRIDS = (1, 2)
 LOADS = ("auto", "tma", "pointer")
+ORDERS = ("rows", "columns")
 #: Polls of a flag before an owner gives up and writes NaN.
 SPIN_LIMIT = 1 << 20
 #: Test seam: ranges in program order instead of reversed (owners then wait for programs the
@@ -130,27 +142,37 @@ def _ab_tiles(a, b, off_m, off_n, offs_am, offs_bn, k, K,
 def _streamk_kernel(
     a, b, c_ptr, ws_ptr, flag_ptr, EPOCH, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-    ITERS_PER_TILE, Q, E,
+    ITERS_PER_TILE, Q, E, UNITS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
-    EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-    SPIN: tl.constexpr, REVERSED: tl.constexpr,
+    GROUP_M: tl.constexpr, COLUMNS: tl.constexpr, TMA: tl.constexpr, A_COL: tl.constexpr,
+    B_COL: tl.constexpr, EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, SPIN: tl.constexpr, REVERSED: tl.constexpr,
 ):  # fmt: skip
+    # Programs come in groups of UNITS consecutive ids; a group deals out range r of the
+    # segments' iterations and its programs ("lanes") work it side by side: rows order, one
+    # lane (segments are the grouped-order tiles); columns order, one lane per tile row
+    # (segments are the tile columns, lane i computes m-tile i of each).
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
     local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     if REVERSED:  # owners wait for lower program ids only
-        r = tl.num_programs(0) - 1 - tl.program_id(0)
+        v = tl.num_programs(0) - 1 - tl.program_id(0)
     else:
-        r = tl.program_id(0)
+        v = tl.program_id(0)
+    r = v // UNITS
+    lane = v % UNITS
     start = r * Q + tl.minimum(r, E)
     end = start + Q + (r < E).to(tl.int32)
     # the range's segments: one per tile it touches (a for loop, so each segment's K loop is
     # an innermost loop the pipeliner handles as in the tiled kernel)
-    for tile in range(start // ITERS_PER_TILE, (end - 1) // ITERS_PER_TILE + 1):
-        tile_it0 = tile * ITERS_PER_TILE
+    for seg in range(start // ITERS_PER_TILE, (end - 1) // ITERS_PER_TILE + 1):
+        tile_it0 = seg * ITERS_PER_TILE
         k0 = tl.maximum(start - tile_it0, 0)
         k1 = tl.minimum(end - tile_it0, ITERS_PER_TILE)
-        pid_m, pid_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        if COLUMNS:
+            pid_m = lane
+            pid_n = seg
+        else:
+            pid_m, pid_n = _tile_coords(seg, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         offs_m = off_m + tl.arange(0, BLOCK_M)
@@ -170,17 +192,19 @@ def _streamk_kernel(
                                  BLOCK_K, TMA, A_COL, B_COL, EVEN_K)
             acc = tl.dot(a_t, b_t, acc, input_precision=INPUT_PRECISION)
         if k0 > 0:
-            # contributor (the range's first segment): publish the partial
-            tl.store(ws_ptr + r * TILE + local, acc)
+            # contributor (the range's first segment): publish the partial in the program's
+            # slot
+            tl.store(ws_ptr + v * TILE + local, acc)
             tl.debug_barrier()
-            tl.atomic_xchg(flag_ptr + r, EPOCH, sem="release", scope="gpu")
+            tl.atomic_xchg(flag_ptr + v, EPOCH, sem="release", scope="gpu")
         else:
             failed = 0
             if k1 < ITERS_PER_TILE:
                 last = _range_of(tile_it0 + ITERS_PER_TILE - 1, Q, E)
                 for q in range(r + 1, last + 1):
-                    failed += (~_wait_flag(flag_ptr + q, EPOCH, SPIN)).to(tl.int32)
-                    acc += tl.load(ws_ptr + q * TILE + local, cache_modifier=".cg")
+                    slot = q * UNITS + lane
+                    failed += (~_wait_flag(flag_ptr + slot, EPOCH, SPIN)).to(tl.int32)
+                    acc += tl.load(ws_ptr + slot * TILE + local, cache_modifier=".cg")
             acc = tl.where(failed == 0, acc, float("nan"))
             _store_c(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, EVEN_MN)
 
@@ -189,7 +213,8 @@ def _streamk_kernel(
 
 
 def check_streamk_config(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` normalised (ints; ``GRID`` and ``LOADS`` filled in), or ``InvalidConfig``."""
+    """``config`` normalised (ints; ``GRID``, ``LOADS`` and ``ORDER`` filled in), or
+    ``InvalidConfig``."""
     check_keys(config, CONFIG_KEYS, OPTIONAL_KEYS)
     cfg: dict[str, Any] = {k: int(config[k]) for k in CONFIG_KEYS}
     check_powers_of_two(cfg, ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"))
@@ -203,18 +228,39 @@ def check_streamk_config(config: dict[str, Any]) -> dict[str, Any]:
     loads = config.get("LOADS", OPTIONAL_KEYS["LOADS"])
     if loads not in LOADS:
         raise InvalidConfig(f"LOADS must be one of {list(LOADS)}, got {loads!r}")
-    return {**cfg, "GRID": int(grid), "LOADS": loads}
+    order = config.get("ORDER", OPTIONAL_KEYS["ORDER"])
+    if order not in ORDERS:
+        raise InvalidConfig(f"ORDER must be one of {list(ORDERS)}, got {order!r}")
+    return {**cfg, "GRID": int(grid), "LOADS": loads, "ORDER": order}
 
 
-def partition(m: int, n: int, k: int, config: dict[str, Any], programs: int
-              ) -> tuple[int, int, int, int]:
-    """``(G, Q, E, iterations per tile)``: the grid (at most one program per iteration) and
-    how the iterations are dealt out (``E`` ranges of ``Q + 1``, the rest of ``Q``)."""
+class Partition(NamedTuple):
+    """How a launch deals out the iterations: ``programs`` (``G``) in groups of ``units``
+    consecutive programs; group ``r`` takes a contiguous range of the segments' iterations
+    (``E`` ranges of ``Q + 1``, the rest of ``Q``), each of its programs on its own tile row
+    of those segments (``ORDER="columns"``: segments are tile columns, ``units`` the tile
+    rows) or alone (``"rows"``: segments are the tiles in grouped order, ``units`` 1)."""
+
+    programs: int
+    q: int
+    e: int
+    per_tile: int
+    units: int
+
+
+def partition(m: int, n: int, k: int, config: dict[str, Any], programs: int) -> Partition:
+    """The partition of an ``m x n x k`` product under ``config`` on about ``programs``
+    programs: never more groups than iterations; in columns order the most whole groups that
+    fit (at least one, so a problem with more tile rows than ``programs`` still launches one
+    group)."""
     per_tile = triton.cdiv(k, config["BLOCK_K"])
-    total = triton.cdiv(m, config["BLOCK_M"]) * triton.cdiv(n, config["BLOCK_N"]) * per_tile
-    g = max(1, min(programs, total))
-    q, e = divmod(total, g)
-    return g, q, e, per_tile
+    rows, cols = triton.cdiv(m, config["BLOCK_M"]), triton.cdiv(n, config["BLOCK_N"])
+    columns = config.get("ORDER", OPTIONAL_KEYS["ORDER"]) == "columns"
+    units, segments = (rows, cols) if columns else (1, rows * cols)
+    total = segments * per_tile
+    groups = max(1, min(programs // units, total))
+    q, e = divmod(total, groups)
+    return Partition(groups * units, q, e, per_tile, units)
 
 
 def _descriptors(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]):
@@ -263,7 +309,8 @@ def matmul_streamk(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     if k == 0:
         return out.zero_()
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    g, q, e, per_tile = partition(m, n, k, cfg, programs or sm_count(a.device) * cfg["GRID"])
+    g, q, e, per_tile, units = partition(m, n, k, cfg,
+                                         programs or sm_count(a.device) * cfg["GRID"])
     ws = cached_buffer(_WORKSPACE, a.device, g * bm * bn, torch.float32, zeroed=False,
                        least=1 << 20)
     flags = cached_buffer(_FLAGS, a.device, g, torch.int32, zeroed=True, least=1024)
@@ -273,18 +320,19 @@ def matmul_streamk(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         raise Unsupported("LOADS='tma', but these operands cannot be described for TMA")
     precision = "ieee" if a.dtype == torch.float32 else "tf32"
     common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"],
+                  COLUMNS=cfg["ORDER"] == "columns",
                   EVEN_K=k % bk == 0, EVEN_MN=m % bm == 0 and n % bn == 0,
                   INPUT_PRECISION=precision, SPIN=SPIN_LIMIT, REVERSED=REVERSED,
                   num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if descs is not None:
         _streamk_kernel[(g,)](
             descs[0], descs[1], out, ws, flags, epoch, m, n, k, 0, 0, 0, 0,
-            out.stride(0), out.stride(1), per_tile, q, e,
+            out.stride(0), out.stride(1), per_tile, q, e, units,
             TMA=True, A_COL=descs[2], B_COL=descs[3], **common)
     else:
         _streamk_kernel[(g,)](
             a, b, out, ws, flags, epoch, m, n, k, a.stride(0), a.stride(1), b.stride(0),
             b.stride(1),
-            out.stride(0), out.stride(1), per_tile, q, e,
+            out.stride(0), out.stride(1), per_tile, q, e, units,
             TMA=False, A_COL=False, B_COL=False, **common)
     return out

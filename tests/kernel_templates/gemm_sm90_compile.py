@@ -3,6 +3,9 @@ and atomic instructions of each case's PTX (run by ``test_sm90_compile`` in a pr
 own: the test session runs Triton in its interpreter, whose kernels cannot be compiled).
 
     python -m tests.kernel_templates.gemm_sm90_compile
+    python -m tests.kernel_templates.gemm_sm90_compile --seeds 192x6144x6144 32x512x98304
+
+(the second form: the shared memory of the stream-K and skinny seeds of those shapes)
 """
 
 from __future__ import annotations
@@ -17,15 +20,16 @@ from typing import Any
 os.environ.pop("TRITON_INTERPRET", None)
 
 STREAMK_INTS = ("EPOCH", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn",
-                "stride_cm", "stride_cn", "ITERS_PER_TILE", "Q", "E")
+                "stride_cm", "stride_cn", "ITERS_PER_TILE", "Q", "E", "UNITS")
 REPAIR_INTS = ("A_SR", "A_SC", "a_sld", "A_DR", "A_DC", "a_dld", "TILES_A", "B_SR", "B_SC",
                "b_sld", "B_DR", "B_DC", "b_dld")
 
 
-def compile_ptx(fn: Any, types: dict[str, str], consts: dict[str, Any], aligned: list[str],
-                **options: Any) -> str:
-    """``fn``'s PTX for sm_90; ``aligned``: the arguments marked 16-divisible, as Triton's JIT
-    marks 16-byte aligned pointers and integers divisible by 16."""
+def compile_sm90(fn: Any, types: dict[str, str], consts: dict[str, Any], aligned: list[str],
+                 **options: Any) -> Any:
+    """``fn`` compiled for sm_90 (``.asm["ptx"]``, ``.metadata.shared``: its shared memory in
+    bytes); ``aligned``: the arguments marked 16-divisible, as Triton's JIT marks 16-byte
+    aligned pointers and integers divisible by 16."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -34,7 +38,13 @@ def compile_ptx(fn: Any, types: dict[str, str], consts: dict[str, Any], aligned:
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     src = ASTSource(fn=fn, signature=sig, attrs=attrs,
                     constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def compile_ptx(fn: Any, types: dict[str, str], consts: dict[str, Any], aligned: list[str],
+                **options: Any) -> str:
+    """``fn``'s PTX for sm_90 (as ``compile_sm90``)."""
+    return compile_sm90(fn, types, consts, aligned, **options).asm["ptx"]
 
 
 def ops(ptx: str) -> dict[str, int]:
@@ -50,7 +60,8 @@ def cases() -> dict[str, dict[str, int]]:
     sk = streamk._streamk_kernel
     base = {"c_ptr": "*bf16", "ws_ptr": "*fp32", "flag_ptr": "*i32",
             **dict.fromkeys(STREAMK_INTS, "i32")}
-    consts = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, TMA=True, A_COL=False,
+    consts = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, COLUMNS=False, TMA=True,
+                  A_COL=False,
                   B_COL=True, EVEN_K=True, EVEN_MN=False, INPUT_PRECISION="tf32",
                   SPIN=1 << 20, REVERSED=True)
     out["streamk_tma"] = ops(compile_ptx(
@@ -75,6 +86,79 @@ def cases() -> dict[str, dict[str, int]]:
     return out
 
 
+def streamk_shared(config: dict[str, Any], tma: bool = True) -> int:
+    """Shared memory (bytes) of the stream-K kernel under ``config`` for bf16 operands on
+    sm_90 (TMA loads, or pointer loads of row-major operands)."""
+    from kernel_templates.gemm import streamk
+
+    cfg = streamk.check_streamk_config(config)
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    base = {"c_ptr": "*bf16", "ws_ptr": "*fp32", "flag_ptr": "*i32",
+            **dict.fromkeys(STREAMK_INTS, "i32")}
+    consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"],
+                  COLUMNS=cfg["ORDER"] == "columns", TMA=tma, A_COL=False, B_COL=False,
+                  EVEN_K=True, EVEN_MN=False, INPUT_PRECISION="tf32", SPIN=1 << 20,
+                  REVERSED=True)
+    if tma:
+        types = {"a": f"tensordesc<bf16[{bm}, {bk}]>", "b": f"tensordesc<bf16[{bk}, {bn}]>"}
+        aligned = ["c_ptr", "ws_ptr", "flag_ptr"]
+    else:
+        types = {"a": "*bf16", "b": "*bf16"}
+        aligned = ["a", "b", "c_ptr", "ws_ptr", "flag_ptr", "stride_am", "stride_bk"]
+    return compile_sm90(streamk._streamk_kernel, {**types, **base}, consts, aligned,
+                        num_warps=cfg["num_warps"],
+                        num_stages=cfg["num_stages"]).metadata.shared
+
+
+def skinny_shared(config: dict[str, Any]) -> int:
+    """Shared memory (bytes) of the skinny kernel's pointer path under ``config`` for bf16
+    row-major operands on sm_90."""
+    import triton
+
+    from kernel_templates.gemm import skinny
+
+    cfg = skinny.check_skinny_config(config)
+    # unit strides are constants, as the JIT specializes an integer argument equal to 1
+    ints = ("M", "N", "K", "K_PER_SPLIT", "stride_am", "stride_bk", "stride_cm")
+    types = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "ws_ptr": "*fp32",
+             "cnt_ptr": "*i32", **dict.fromkeys(ints, "i32")}
+    share = triton.cdiv(cfg["BLOCK_M"] * cfg["BLOCK_N"], cfg["SPLIT_K"])
+    block = triton.next_power_of_2(share)
+    chunk = 1 << (max(1, min(cfg["SPLIT_K"], 4096 // block)).bit_length() - 1)
+    consts = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+                  SPLIT_K=cfg["SPLIT_K"], TILES_N=4, MODE=1, SPIN=1 << 20, CHUNK=chunk,
+                  SHARE=share, SHARE_BLOCK=block, FENCE=True, BARRIER_FENCE=False,
+                  EVEN_K=True, EVEN_MN=True, INPUT_PRECISION="tf32", stride_ak=1,
+                  stride_bn=1, stride_cn=1)
+    aligned = ["a_ptr", "b_ptr", "c_ptr", "ws_ptr", "cnt_ptr", "stride_am", "stride_bk",
+               "K_PER_SPLIT"]
+    return compile_sm90(skinny._skinny_kernel, types, consts, aligned,
+                        num_warps=cfg["num_warps"],
+                        num_stages=cfg["num_stages"]).metadata.shared
+
+
+def seed_shared(shapes: list[tuple[int, int, int]]) -> dict[str, int]:
+    """Shared memory of every stream-K and skinny seed (bf16) of ``shapes`` whose tier applies
+    on 132 SMs, keyed ``"tier m x n x k #i"``."""
+    from search.kinds.gemm import skinny_space, streamk_space
+    from search.kinds.gemm.spec import GemmProblem
+
+    out: dict[str, int] = {}
+    for m, n, k in shapes:
+        p = GemmProblem(m, n, k, dtype="bf16")
+        if streamk_space.applies(p, 132)[0]:
+            for i, s in enumerate(streamk_space.seeds(p)):
+                out[f"stream_k {m}x{n}x{k} #{i}"] = streamk_shared(s)
+        if skinny_space.applies(p, 132)[0]:
+            for i, s in enumerate(skinny_space.seeds(p, 132)):
+                out[f"skinny {m}x{n}x{k} #{i}"] = skinny_shared(s)
+    return out
+
+
 if __name__ == "__main__":
     sys.path.insert(0, os.getcwd())
-    print(json.dumps(cases()))
+    if sys.argv[1:2] == ["--seeds"]:
+        shapes = [tuple(int(x) for x in a.split("x")) for a in sys.argv[2:]]
+        print(json.dumps(seed_shared(shapes)))  # type: ignore[arg-type]
+    else:
+        print(json.dumps(cases()))

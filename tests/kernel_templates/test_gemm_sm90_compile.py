@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from search.limits import DeviceLimits
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,3 +50,19 @@ def test_the_repair_copy_stores_aligned_vectors(compiled, case: str) -> None:
     got = compiled[case]
     assert got.get("st.global.v4.b32") and not got.get("st.global.b16")
     assert got.get("ld.global.b16")  # the unaligned source, element by element
+
+
+def test_the_stream_k_and_skinny_seeds_of_the_hard_shapes_fit_sm90_shared_memory() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    shapes = ["192x6144x6144", "320x4096x12288", "128x128x262144", "32x512x98304"]
+    done = subprocess.run([sys.executable, "-m", "tests.kernel_templates.gemm_sm90_compile",
+                           "--seeds", *shapes], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    if done.returncode and "ptxas" in done.stderr:
+        pytest.skip(f"no CUDA toolchain in this Triton build: {done.stderr[-300:]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    shared = json.loads(done.stdout.strip().splitlines()[-1])
+    for tier in ("stream_k 192x", "stream_k 320x", "skinny 128x", "skinny 32x"):
+        assert any(key.startswith(tier) for key in shared), tier
+    over = {key: v for key, v in shared.items() if v > DeviceLimits().smem_per_block}
+    assert not over

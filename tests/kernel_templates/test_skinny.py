@@ -69,6 +69,23 @@ def test_layouts_and_long_k(mode: str, device: str) -> None:
     check(p, cfg(8, mode, bk=32), device, seed=3)
 
 
+@pytest.mark.parametrize("mode", skinny.MODES)
+@pytest.mark.parametrize(("m", "n", "k", "split_k", "dtype"), [
+    (16, 64, 256, 3, "fp16"), (33, 65, 97, 5, "fp32"), (32, 32, 1000, 33, "fp16"),
+    (16, 32, 4096, 7, "fp32"),
+])
+def test_splits_of_any_count(mode: str, m: int, n: int, k: int, split_k: int, dtype: str,
+                             device: str) -> None:
+    # Splits that are no power of two (grids that fill 132 SMs: 4 tiles x 33): shares of
+    # ceil(tile / SPLIT_K) elements, the last cut short; K slices whose last ones are shorter
+    # or empty (k=1000 in 33: slices of 32, the last 8; 97 in 5: slices of 32, the last empty)
+    p = GemmProblem(m=m, n=n, k=k, dtype=dtype)
+    config = cfg(split_k, mode, bk=16 if k < 1000 else 32)
+    first = check(p, config, device, seed=split_k)
+    if mode != "atomic":
+        assert torch.equal(first, check(p, config, device, seed=split_k))
+
+
 def test_modes_agree_bitwise(device: str) -> None:
     # "barrier" falls back to "two_launch" in the interpreter; on a GPU both run the same sum.
     p = GemmProblem(m=48, n=64, k=200, dtype="fp16")
@@ -116,7 +133,7 @@ def test_barrier_grid_guard(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("bad", [
-    {"BLOCK_M": 24}, {"SPLIT_K": 3}, {"BLOCK_K": 8}, {"num_stages": 0}, {"MODE": "serial"},
+    {"BLOCK_M": 24}, {"SPLIT_K": 0}, {"BLOCK_K": 8}, {"num_stages": 0}, {"MODE": "serial"},
     {"TMA": 2}, {"GROUP_M": 8}, {"SPLIT_K": 1024},
 ])
 def test_invalid_configs(bad: dict) -> None:

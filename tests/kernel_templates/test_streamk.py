@@ -54,19 +54,62 @@ def test_stream_k_is_correct_and_deterministic(m: int, n: int, k: int, dtype: st
     run(p, cfg(), programs, device, seed=programs + 100)  # and fresh inputs
 
 
-def test_tma_loads_match_pointer_loads(device: str) -> None:
+@pytest.mark.parametrize("order", ["rows", "columns"])
+def test_tma_loads_match_pointer_loads(order: str, device: str) -> None:
     p = GemmProblem(64, 48, 200, dtype="fp16")  # aligned rows, ragged tiles
-    pointer = run(p, cfg(LOADS="pointer"), 5, device)
-    tma = run(p, cfg(LOADS="tma"), 5, device)
+    pointer = run(p, cfg(LOADS="pointer", ORDER=order), 5, device)
+    tma = run(p, cfg(LOADS="tma", ORDER=order), 5, device)
     assert rel_error(tma, pointer.double()) < 1e-3
 
 
 def test_the_partition_deals_out_every_iteration() -> None:
     config = check_streamk_config(cfg())
-    g, q, e, per_tile = partition(97, 35, 203, config, 7)
+    g, q, e, per_tile, units = partition(97, 35, 203, config, 7)
     tiles = 4 * 2
     assert per_tile == 13 and g == 7 and q * g + e == tiles * per_tile and 0 <= e < g
+    assert units == 1
     assert partition(16, 16, 16, config, 132)[0] == 1  # never more programs than iterations
+
+
+def test_the_columns_partition_deals_out_column_iterations_to_whole_groups() -> None:
+    config = check_streamk_config(cfg(ORDER="columns"))
+    # 4 tile rows, 2 tile columns of 13 iterations: 7 programs hold one group of 4
+    part = partition(97, 35, 203, config, 7)
+    assert part.units == 4 and part.programs == 4 and part.q == 2 * 13 and part.e == 0
+    part = partition(97, 35, 203, config, 132)  # 33 groups, but only 26 column iterations
+    assert part.programs == 26 * 4 and part.q == 1 and part.e == 0
+    assert partition(97, 35, 203, config, 3).programs == 4  # one group, however few programs
+    one_row = check_streamk_config(cfg(bm=128, ORDER="columns"))
+    assert partition(97, 35, 203, one_row, 7) == partition(97, 35, 203, {**one_row,
+                                                                         "ORDER": "rows"}, 7)
+
+
+@pytest.mark.parametrize(("m", "n", "k", "dtype", "programs"), [
+    (64, 64, 256, "fp16", 4), (97, 35, 203, "fp16", 9), (97, 35, 203, "fp32", 13),
+    (33, 65, 97, "fp16", 5), (33, 130, 97, "fp32", 7),
+])
+def test_columns_order_is_correct_and_deterministic(m: int, n: int, k: int, dtype: str,
+                                                    programs: int, device: str) -> None:
+    # 2-4 tile rows per column: groups of 2-4 programs whose ranges start mid-column, ragged
+    # edges in m, n and k; 5 and 7 programs leave one over (the grid is whole groups)
+    p = GemmProblem(m=m, n=n, k=k, dtype=dtype)
+    config = cfg(ORDER="columns")
+    first = run(p, config, programs, device, seed=programs)
+    again = run(p, config, programs, device, seed=programs)
+    assert torch.equal(first, again)
+    run(p, config, programs, device, seed=programs + 100)
+
+
+def test_columns_order_owners_that_wait_in_vain_write_nan(
+        device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's program order is what this test relies on")
+    p = GemmProblem(64, 64, 256, dtype="fp16")
+    monkeypatch.setattr(streamk, "REVERSED", False)
+    monkeypatch.setattr(streamk, "SPIN_LIMIT", 4)
+    inp = make_inputs(p, device, 0)
+    matmul_streamk(inp.a, inp.b, cfg(ORDER="columns"), out=inp.out, programs=6)
+    assert torch.isnan(inp.out).any()
 
 
 def test_an_owner_that_waits_in_vain_writes_nan_and_the_next_launch_is_right(
@@ -94,6 +137,8 @@ def test_bad_configs_are_refused() -> None:
         check_streamk_config(cfg(GRID=3))
     with pytest.raises(InvalidConfig, match="LOADS"):
         check_streamk_config(cfg(LOADS="magic"))
+    with pytest.raises(InvalidConfig, match="ORDER"):
+        check_streamk_config(cfg(ORDER="diagonal"))
     with pytest.raises(InvalidConfig, match="unknown"):
         check_streamk_config(cfg(SPLIT_K=2))
     with pytest.raises(Unsupported, match="2-D"):

@@ -255,6 +255,41 @@ def test_skinny_seeds_are_feasible_and_fit_the_sms(index: int) -> None:
         p, {**too_wide, "MODE": "two_launch"}, LIMITS))
 
 
+def test_skinny_splits_fill_the_sms_given_their_count() -> None:
+    p = shape(3)  # 128x128x262144: 4 tiles of 64x64
+    assert 33 not in dict((c.name, c.values) for c in skinny_space.space(p))["SPLIT_K"]
+    space = dict((c.name, c.values) for c in skinny_space.space(p, 132))
+    assert {33, 66, 99} <= set(space["SPLIT_K"])  # 1-3 waves of 4 tiles on 132 SMs
+    assert {128, 256, 512} <= set(space["BLOCK_K"]) and {3, 4, 5, 6} <= set(
+        space["num_stages"]) and {4, 8} <= set(space["num_warps"])
+
+
+@pytest.mark.parametrize(("index", "tile"), [(3, (64, 64)), (4, (32, 128))])
+def test_skinny_seeds_fill_the_sms_with_enough_bytes_in_flight(index: int,
+                                                               tile: tuple[int, int]) -> None:
+    # 128x128x262144 and 32x512x98304: the first seed's grid is one full wave (4 tiles x 33),
+    # under the barrier; every seed keeps at least 32 KB of operands in flight per SM
+    p = shape(index)
+    seeds = skinny_space.seeds(p, 132)
+    first = seeds[0]
+    assert (first["BLOCK_M"], first["BLOCK_N"]) == tile and first["MODE"] == "barrier"
+    assert 4 * first["SPLIT_K"] == 132
+    for s in seeds:
+        assert (s["num_stages"] - 1) * (s["BLOCK_M"] + s["BLOCK_N"]) * s["BLOCK_K"] * 2 >= 32768
+    assert any(s["num_warps"] == 8 for s in seeds)
+    if index == 4:
+        assert {s["BLOCK_N"] for s in seeds if s["BLOCK_M"] == 32} >= {64, 128}
+
+
+def test_skinny_splits_that_leave_slices_empty_are_infeasible() -> None:
+    p = shape(3)
+    seed = skinny_space.seeds(p, 132)[0]
+    # 262144 / 33 in whole steps of 256: 32 slices of 8192, the 33rd empty
+    assert any("fills only 32" in r for r in skinny_space.violations(
+        p, {**seed, "BLOCK_K": 256, "num_stages": 3}, LIMITS))
+    assert not skinny_space.violations(p, seed, LIMITS)
+
+
 @pytest.mark.parametrize("index", [5, 6])
 def test_stream_k_seeds_are_feasible(index: int) -> None:
     p = shape(index)
@@ -263,6 +298,35 @@ def test_stream_k_seeds_are_feasible(index: int) -> None:
     assert seeds[0]["LOADS"] == "auto"
     huge = {**seeds[0], "BLOCK_M": 256, "BLOCK_N": 256, "num_stages": 5, "num_warps": 4}
     assert streamk_space.violations(p, huge, LIMITS)  # shared memory and registers
+
+
+def test_stream_k_seeds_columns_order_first_where_b_dwarfs_a() -> None:
+    # 192x6144x6144: B is 32 times A; one tile row (BLOCK_M 256 >= m) leads, then groups of
+    # 128- and 64-row tiles, then the rows-order seeds
+    p = shape(5)
+    seeds = streamk_space.seeds(p)
+    assert seeds[0]["ORDER"] == "columns" and seeds[0]["BLOCK_M"] == 256
+    orders = [s["ORDER"] for s in seeds]
+    first = orders.index("rows")
+    assert first >= 4 and set(orders[:first]) == {"columns"} and set(orders[first:]) == {"rows"}
+    assert 256 in dict((c.name, c.values) for c in streamk_space.space(p))["BLOCK_M"]
+    assert streamk_space.seeds(shape(6))[0]["ORDER"] == "columns"  # 320x4096x12288
+    square = GemmProblem(1024, 1024, 8192)
+    assert streamk_space.seeds(square)[0]["ORDER"] == "rows"
+
+
+def test_stream_k_columns_order_searches_one_group_m() -> None:
+    p = shape(5)
+    config = {**streamk_space.seeds(p)[0], "GROUP_M": 8}
+    assert any("GROUP_M" in r for r in streamk_space.violations(p, config, LIMITS))
+    assert not streamk_space.violations(p, {**config, "ORDER": "rows"}, LIMITS)
+    assert streamk_space.violations(p, {**config, "ORDER": "diagonal"}, LIMITS)
+
+
+def test_the_repair_tier_keeps_stream_k_in_rows_order() -> None:
+    p = GemmProblem(128, 8192, 4097)  # B dwarfs A, but the repair's inner stays as it was
+    assert "ORDER" not in {c.name for c in repair_space.space(p, "streamk")}
+    assert all("ORDER" not in s for s in repair_space.seeds(p, "streamk"))
 
 
 def test_stream_k_seeds_shrink_to_small_problems() -> None:

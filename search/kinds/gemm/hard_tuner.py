@@ -18,7 +18,7 @@ def hard_tuner(storage_url: str, problem: GemmProblem, gpu_model: str, limits: D
     """The tuner of ``tier`` (one of ``hard_tiers.TIERS``) for ``problem`` on ``gpu_model``."""
     name = study_name(problem, gpu_model, tier)
     if tier == hard_tiers.SKINNY:
-        return SpaceTuner(storage_url, name, skinny_space.space(problem),
+        return SpaceTuner(storage_url, name, skinny_space.space(problem, limits.sm_count),
                           seeds=skinny_space.seeds(problem, limits.sm_count), seed=seed,
                           violations=lambda c: skinny_space.violations(problem, c, limits))
     if tier == hard_tiers.STREAM_K:

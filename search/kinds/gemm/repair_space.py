@@ -33,6 +33,9 @@ __all__ = ["INNERS", "REPAIR_KEYS", "complete", "inner_config", "library_configs
 INNERS = ("tiles", "streamk")
 #: The keys the repair adds to the inner template's configuration.
 REPAIR_KEYS = ("INNER", "B_LAYOUT")
+#: The stream-K inner template's orders searched (rows only: the repair tier's shapes keep the
+#: template's default).
+REPAIR_ORDERS = ("rows",)
 #: CUTLASS operations ranked for the padded problem per B layout (each may need a build).
 CUTLASS_PER_LAYOUT = 2
 
@@ -71,7 +74,7 @@ def space(problem: GemmProblem, inner: str) -> tuple[Choice, ...]:
     if inner == "tiles":
         return (layouts, *triton_space.space(problem, None))
     if inner == "streamk":
-        return (layouts, *streamk_space.space(problem))
+        return (layouts, *streamk_space.space(problem, REPAIR_ORDERS))
     raise ValueError(f"unknown inner template {inner!r}; one of {INNERS}")
 
 
@@ -108,7 +111,7 @@ def seeds(problem: GemmProblem, inner: str) -> list[dict[str, Any]]:
     """The inner template's seeds with the first ``B_LAYOUT``; the best-ranked one also with
     B K-major, second (K-major B is what the ``TN`` kernels read: where it pays is measured)."""
     base = (triton_space.seeds(problem, None) if inner == "tiles"
-            else streamk_space.seeds(problem))
+            else streamk_space.seeds(problem, REPAIR_ORDERS))
     first = b_layouts(problem, padded=False)[0]
     done = complete(inner)
     out = [done({"B_LAYOUT": first, **s}) for s in base]

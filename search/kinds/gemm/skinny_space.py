@@ -3,8 +3,13 @@ its dimensions, static rules, seeds, and which shapes it is planned for.
 
 A configuration::
 
-    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 64, "num_warps": 4,
+    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 33, "num_warps": 4,
      "num_stages": 4, "MODE": "barrier", "TMA": 0}
+
+Splits are powers of two and, given the SM count, the counts that make a tile grid fill 1-3
+waves of the SMs (4 tiles x 33 = 132). The product is bandwidth-bound: the seeds keep
+``(num_stages - 1)`` stages of ``(BLOCK_M + BLOCK_N) x BLOCK_K`` operands in flight per SM,
+64-128 KB, within the shared memory.
 
 Only the deterministic reductions are searched: ``"barrier"`` (one launch, a grid barrier, so
 the grid must fit the SMs at once) and ``"two_launch"``; ``"atomic"`` sums in arrival order.
@@ -19,7 +24,8 @@ from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 from search.limits import DeviceLimits
 from search.optimizer import Choice
 
-__all__ = ["MIN_K", "MIN_SPLIT", "MODES", "PARAMS", "applies", "seeds", "space", "violations"]
+__all__ = ["MIN_K", "MIN_SPLIT", "MODES", "PARAMS", "WAVES", "applies", "seeds", "space",
+           "violations"]
 
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "MODE", "TMA")
 MODES = ("barrier", "two_launch")
@@ -31,6 +37,10 @@ MIN_K = 16384
 MIN_SPLIT = 8
 #: Each K slice is at least this long.
 MIN_SLICE = 256
+#: Splits that fill this many waves of the SMs with a tile grid are in the space.
+WAVES = (1, 2, 3)
+#: Shared memory the seeds stay within (the H100's opt-in per block).
+SEED_SMEM = DeviceLimits().smem_per_block
 
 _BLOCK_M = (16, 32, 64)
 _BLOCK_N = (16, 32, 64, 128)
@@ -59,16 +69,27 @@ def _up_to(values: tuple[int, ...], size: int) -> tuple[int, ...]:
     return tuple(v for v in values if v <= bound) or values[:1]
 
 
-def _splits(problem: GemmProblem) -> tuple[int, ...]:
-    return tuple(s for s in (2, 4, 8, 16, 32, 64, 128, 256) if problem.k // s >= MIN_SLICE)
+def _tile_shapes(problem: GemmProblem) -> list[tuple[int, int]]:
+    return [(bm, bn) for bm in _up_to(_BLOCK_M, problem.m) for bn in _up_to(_BLOCK_N, problem.n)]
 
 
-def space(problem: GemmProblem) -> tuple[Choice, ...]:
+def _splits(problem: GemmProblem, sm_count: int = 0) -> tuple[int, ...]:
+    """Powers of two and, with ``sm_count``, the splits whose grid of some legal tile shape
+    fills ``WAVES`` waves of the SMs; each K slice at least ``MIN_SLICE`` long."""
+    found = {2, 4, 8, 16, 32, 64, 128, 256}
+    if sm_count:
+        for bm, bn in _tile_shapes(problem):
+            found |= {w * sm_count // _tiles(problem, bm, bn) for w in WAVES}
+    return tuple(s for s in sorted(found) if s >= 2 and problem.k // s >= MIN_SLICE)
+
+
+def space(problem: GemmProblem, sm_count: int = 0) -> tuple[Choice, ...]:
+    """The dimensions; ``sm_count`` (0: unknown) adds the wave-filling splits."""
     return (
         Choice("BLOCK_M", _up_to(_BLOCK_M, problem.m)),
         Choice("BLOCK_N", _up_to(_BLOCK_N, problem.n)),
-        Choice("BLOCK_K", (64, 128, 256)),
-        Choice("SPLIT_K", _splits(problem) or (1,)),
+        Choice("BLOCK_K", (64, 128, 256, 512)),
+        Choice("SPLIT_K", _splits(problem, sm_count) or (1,)),
         Choice("num_warps", (2, 4, 8)),
         Choice("num_stages", (2, 3, 4, 5, 6)),
         Choice("MODE", MODES),
@@ -81,10 +102,12 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
     """Every static rule ``config`` breaks (empty: feasible). The barrier's grid limit needs
     the SM count (``limits.sm_count``; 0: unknown, not checked)."""
     out: list[str] = []
-    for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps"):
+    for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"):
         v = int(config[name])
         if v <= 0 or v & (v - 1):
             out.append(f"{name}={v} is not a power of two")
+    if int(config["SPLIT_K"]) < 1:
+        out.append(f"SPLIT_K={config['SPLIT_K']} is not positive")
     if out:
         return out
     bm, bn, bk, sk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["SPLIT_K"]
@@ -96,6 +119,14 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
     if -(-problem.k // sk) < bk:
         out.append(f"SPLIT_K={sk} leaves {-(-problem.k // sk)} of k per split, under "
                    f"BLOCK_K={bk}")
+    else:
+        # slices are whole BLOCK_K steps: the rounding can leave the last ones empty, programs
+        # that cost a reduction share and shorten no slice
+        per_split = math.ceil(math.ceil(problem.k / sk) / bk) * bk
+        used = math.ceil(problem.k / per_split)
+        if used < sk:
+            out.append(f"SPLIT_K={sk} with BLOCK_K={bk} fills only {used} slices of "
+                       f"{per_split} (k={problem.k}): SPLIT_K={used} does the same work")
     grid = _tiles(problem, bm, bn) * sk
     if config.get("MODE", "barrier") == "barrier" and limits.sm_count and grid > limits.sm_count:
         out.append(f"MODE=barrier launches {grid} programs, over the {limits.sm_count} SMs "
@@ -113,23 +144,47 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
 
 
 def seeds(problem: GemmProblem, sm_count: int) -> list[dict[str, Any]]:
-    """Starting points: per tile shape (the H100's best for 64x64x65536 first: 64x64 and
-    64x32 tiles, ``BLOCK_K`` 128, pointer loads), the largest split whose grid fits the SMs
-    under the barrier, then the same tiles reduced in two launches with twice the split."""
+    """Starting points, pointer loads. Tile shapes are ranked by how fully their largest
+    one-wave split fills the SMs (ties: the H100's best for 64x64x65536 first: 64x64, then
+    64x32). The best two get deep pipelines under the barrier: ``BLOCK_K`` 128 four stages
+    (4 warps), 256 three or four, 128 five (8 warps), as far as the shared memory holds them;
+    then each shape's largest power-of-two split, the rest of the shapes, and last the two-launch
+    reduction over splits that fill two waves. Where whole ``BLOCK_K`` steps would leave the
+    last K slices empty, half the ``BLOCK_K`` two stages deeper."""
     sms = sm_count or 132
-    legal = {c.name: set(c.values) for c in space(problem)}
+    legal = {c.name: set(c.values) for c in space(problem, sms)}
+    order = [(64, 64), (64, 32), (32, 64), (16, 128), (32, 128), (16, 64), (64, 128)]
+    shapes = [t for t in order if t[0] in legal["BLOCK_M"] and t[1] in legal["BLOCK_N"]]
+
+    def split(bm: int, bn: int, waves: int, pow2: bool = False) -> int | None:
+        fits = [s for s in sorted(legal["SPLIT_K"]) if _tiles(problem, bm, bn) * s <= waves * sms
+                and s <= bm * bn and (not pow2 or s & (s - 1) == 0)]
+        return fits[-1] if fits else None
+
+    shapes = [t for t in shapes if split(*t, 1)]
+    shapes.sort(key=lambda t: -_tiles(problem, *t) * (split(*t, 1) or 0))
+    rows: list[tuple[int, int, int, int | None, int, int, str]] = []
+    for bm, bn in shapes[:2]:
+        sk = split(bm, bn, 1)
+        for bk, stages, warps in ((128, 4, 4), (256, 4, 4), (256, 3, 4), (128, 5, 8)):
+            rows.append((bm, bn, bk, sk, warps, stages, "barrier"))
+        rows.append((bm, bn, 128, split(bm, bn, 1, pow2=True), 4, 4, "barrier"))
+    for bm, bn in shapes[2:]:
+        rows.append((bm, bn, 128, split(bm, bn, 1), 4, 4, "barrier"))
+    for bm, bn in shapes[:3]:
+        rows.append((bm, bn, 128, split(bm, bn, 2), 4, 4, "two_launch"))
     out: list[dict[str, Any]] = []
-    tiles_of = [(64, 64), (64, 32), (32, 64), (16, 128), (32, 128), (16, 64)]
-    for mode in MODES:
-        for bm, bn in tiles_of:
-            if bm not in legal["BLOCK_M"] or bn not in legal["BLOCK_N"]:
-                continue
-            fits = [s for s in sorted(legal["SPLIT_K"]) if _tiles(problem, bm, bn) * s <= sms]
-            if not fits:
-                continue
-            sk = fits[-1] if mode == "barrier" else min(max(legal["SPLIT_K"]), 2 * fits[-1])
-            config = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, SPLIT_K=sk, num_warps=4,
-                          num_stages=4, MODE=mode, TMA=0)
-            if config not in out and all(config[p] in legal[p] for p in PARAMS):
-                out.append(config)
+    limits = DeviceLimits(sm_count=sms, smem_per_block=SEED_SMEM)
+    for bm, bn, bk, sk, warps, stages, mode in rows:
+        # a BLOCK_K whose whole steps leave the last slices empty gives way to half of it,
+        # two stages deeper (about as many bytes in flight)
+        for step, depth in ((bk, stages), (bk // 2, min(6, stages + 2))):
+            config = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=step, SPLIT_K=sk, num_warps=warps,
+                          num_stages=depth, MODE=mode, TMA=0)
+            if (sk is not None and step in legal["BLOCK_K"]
+                    and all(config[p] in legal[p] for p in PARAMS)
+                    and not violations(problem, config, limits)):
+                if config not in out:
+                    out.append(config)
+                break
     return out

@@ -4,7 +4,10 @@ static rules, seeds, and when the shape's tile count makes it worth searching.
 A configuration::
 
     {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8,
-     "num_stages": 3, "GRID": 1, "LOADS": "auto"}
+     "num_stages": 3, "GRID": 1, "ORDER": "rows", "LOADS": "auto"}
+
+``ORDER="columns"`` (groups of programs walk the tile rows of one tile column side by side, so
+B is read from DRAM about once) is seeded first where B is much larger than A: small ``m``.
 """
 
 from __future__ import annotations
@@ -16,12 +19,18 @@ from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 from search.limits import DeviceLimits
 from search.optimizer import Choice
 
-__all__ = ["DEFAULTS", "MAX_PROGRAMS_PER_TILE", "MAX_WAVE_USE", "MIN_K_ITERS", "PARAMS",
-           "applies", "complete", "seeds", "space", "violations", "wave_use"]
+__all__ = ["COLUMNS_FIRST_RATIO", "DEFAULTS", "MAX_PROGRAMS_PER_TILE", "MAX_WAVE_USE",
+           "MIN_K_ITERS", "ORDERS", "PARAMS", "applies", "columns_first", "complete", "seeds",
+           "space", "violations", "wave_use"]
 
-PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "GRID")
-#: Keys the template takes that the space does not search, at their values.
+PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "GRID",
+          "ORDER")
+ORDERS = ("rows", "columns")
+#: Keys the template takes that the space does not search, at their values (a space without
+#: ``ORDER`` leaves it out of its configurations: the template's default, rows).
 DEFAULTS: dict[str, Any] = {"LOADS": "auto"}
+#: Columns-order seeds come first when B has at least this many times A's elements (n / m).
+COLUMNS_FIRST_RATIO = 4
 #: Stream-K is planned when 128x128 tiles keep less than this share of the SMs' tile slots busy
 #: over the waves they take (96 tiles on 132 SMs: 73%; 1024 tiles: 97%).
 MAX_WAVE_USE = 0.9
@@ -72,7 +81,10 @@ def _up_to(values: tuple[int, ...], size: int) -> tuple[int, ...]:
     return tuple(v for v in values if v <= bound) or values[:1]
 
 
-def space(problem: GemmProblem) -> tuple[Choice, ...]:
+def space(problem: GemmProblem, orders: tuple[str, ...] = ORDERS) -> tuple[Choice, ...]:
+    """The dimensions; ``orders``: the ``ORDER`` values searched (one: not a dimension, the
+    template's default fills it)."""
+    order = (Choice("ORDER", orders),) if len(orders) > 1 else ()
     return (
         Choice("BLOCK_M", _up_to(_BLOCK_M, problem.m)),
         Choice("BLOCK_N", _up_to(_BLOCK_N, problem.n)),
@@ -81,6 +93,7 @@ def space(problem: GemmProblem) -> tuple[Choice, ...]:
         Choice("num_warps", (4, 8)),
         Choice("num_stages", (2, 3, 4, 5)),
         Choice("GRID", (1, 2)),
+        *order,
     )
 
 
@@ -112,23 +125,53 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
         out.append(f"tile {bm}x{bn} is too small for {config['num_warps']} warps")
     if config["num_warps"] > limits.max_warps:
         out.append(f"num_warps={config['num_warps']} is over {limits.max_warps}")
+    order = config.get("ORDER", "rows")
+    if order not in ORDERS:
+        out.append(f"ORDER={order!r} is not one of {list(ORDERS)}")
+    elif order == "columns" and config["GROUP_M"] != 1:
+        out.append(f"GROUP_M={config['GROUP_M']} has no effect in columns order (GROUP_M=1 "
+                   "only, so the search does not measure one configuration twice)")
     return out
 
 
-def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
-    """Known-good starting points (the tiled template's big-tile seeds, one CTA per SM first),
-    complete and within the space (tiles larger than the problem shrunk to fit)."""
+def columns_first(problem: GemmProblem) -> bool:
+    """Whether columns order leads the seeds: B (``k x n``) much larger than A (``m x k``), so
+    reading B once is most of the traffic saved."""
+    return problem.n >= COLUMNS_FIRST_RATIO * problem.m
+
+
+def seeds(problem: GemmProblem, orders: tuple[str, ...] = ORDERS) -> list[dict[str, Any]]:
+    """Known-good starting points, complete and within the space (tiles larger than the
+    problem shrunk to fit): the tiled template's big-tile seeds in rows order, one CTA per SM
+    first; where ``columns_first``, columns-order seeds before them (one tile row of
+    ``BLOCK_M >= m`` where that is at most 256, then 128- and 64-row tiles in groups, the
+    256-wide ones first: they read the fewest operand bytes from L2 per multiply-add)."""
     rows = [
-        (128, 128, 64, 8, 8, 3, 1), (128, 256, 64, 8, 8, 3, 1), (64, 128, 64, 8, 4, 4, 1),
-        (128, 128, 64, 8, 4, 4, 2), (128, 64, 64, 8, 4, 4, 1), (64, 256, 64, 8, 8, 4, 1),
-        (128, 128, 128, 8, 8, 2, 1),
+        (128, 128, 64, 8, 8, 3, 1, "rows"), (128, 256, 64, 8, 8, 3, 1, "rows"),
+        (64, 128, 64, 8, 4, 4, 1, "rows"), (128, 128, 64, 8, 4, 4, 2, "rows"),
+        (128, 64, 64, 8, 4, 4, 1, "rows"), (64, 256, 64, 8, 8, 4, 1, "rows"),
+        (128, 128, 128, 8, 8, 2, 1, "rows"),
     ]
-    legal = {c.name: c.values for c in space(problem)}
+    if "columns" in orders and columns_first(problem):
+        one_row = [bm for bm in _BLOCK_M if bm >= problem.m]
+        rows = [
+            *[(bm, 128, 64, 1, 8, 3, 1, "columns") for bm in one_row[:1] if bm >= 128],
+            (128, 256, 64, 1, 8, 3, 1, "columns"), (64, 256, 64, 1, 8, 4, 1, "columns"),
+            (128, 128, 64, 1, 8, 4, 1, "columns"), (64, 128, 64, 1, 4, 4, 1, "columns"),
+            *rows,
+        ]
+    legal = {c.name: c.values for c in space(problem, orders)}
+    legal.setdefault("ORDER", orders)  # one order: not a dimension
     out: list[dict[str, Any]] = []
     for row in rows:
+        if row[-1] not in legal["ORDER"]:
+            continue
         # a value the space lacks (a tile over a small problem) becomes the nearest below it
-        config = {p: max((v for v in legal[p] if v <= x), default=legal[p][0])
-                  for p, x in zip(PARAMS, row, strict=True)}
+        config: dict[str, Any] = {
+            p: max((v for v in legal[p] if v <= x), default=legal[p][0])
+            for p, x in zip(PARAMS[:-1], row[:-1], strict=True)}
+        if len(orders) > 1:
+            config["ORDER"] = row[-1]
         if complete(config) not in out:
             out.append(complete(config))
     return out
