@@ -225,6 +225,25 @@ class StudyTuner:
             self._study.tell(trial_number, PENALTY_US)
 
 
+def _compatible_name(storage_url: str, name: str,
+                     dists: dict[str, CategoricalDistribution]) -> str:
+    """``name``, unless a study of that name holds trials of another space: Optuna refuses to
+    ask a categorical parameter whose choices changed (a release that widens a list of tile
+    sizes, say), so that space gets its own study, ``name|space-<digest of the space>``. The
+    choice is made from the study's first trial alone (one row), the same in every process; a
+    parameter the old trials lack is no conflict (Optuna takes new parameters)."""
+    storage = storage_for(storage_url)
+    try:
+        study_id = storage.get_study_id_from_name(name)
+        first = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study_id, 0))
+    except KeyError:
+        return name
+    if all(first.distributions.get(p, d) == d for p, d in dists.items()):
+        return name
+    spec = repr(sorted((p, tuple(d.choices)) for p, d in dists.items()))
+    return f"{name}|space-{hashlib.sha256(spec.encode()).hexdigest()[:10]}"
+
+
 class SpaceTuner(StudyTuner):
     """Proposes configurations of a space of categorical :class:`Choice` s for one problem on
     one GPU model: the study ``name`` starts with ``seeds``; ``complete`` fills a trial's
@@ -240,7 +259,7 @@ class SpaceTuner(StudyTuner):
         self._dists = {c.name: CategoricalDistribution(list(c.values)) for c in self._space}
         self._complete = complete
         self._violations = violations
-        super().__init__(storage_url, name, seed)
+        super().__init__(storage_url, _compatible_name(storage_url, name, self._dists), seed)
         if self.fresh:
             for config in seeds:
                 self._study.enqueue_trial({k: config[k] for k in self._params},

@@ -12,7 +12,7 @@ from search.kinds.gemm.spec import GemmProblem
 from search.kinds.gemm.triton_constraints import violations
 from search.kinds.gemm.triton_tuner import GemmTuner, study_name
 from search.limits import DeviceLimits
-from search.optimizer import close_storages
+from search.optimizer import Choice, SpaceTuner, close_storages
 from search.types import Measurement, Status, config_key
 
 H100 = DeviceLimits()
@@ -93,3 +93,29 @@ def test_a_small_space_is_exhausted(tmp_path: Path) -> None:
             break
     assert tuner.exhausted
     assert seen == len(store) > 0
+
+
+def test_a_changed_space_gets_its_own_study_and_keeps_the_old(tmp_path: Path) -> None:
+    """A release that changes a parameter's choices (Optuna refuses to ask those in the old
+    study) tunes in a study of its own, found again by every later tuner of that space."""
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+
+    def tuner(values: tuple[int, ...]) -> SpaceTuner:
+        return SpaceTuner(url, "toy|problem|gpu", (Choice("X", values),),
+                          seeds=[{"X": values[0]}])
+
+    old = tuner((1, 2))
+    for p in old.propose(2, lambda c: None):
+        old.record(p.trial_number, Measurement(Status.OK, median_us=float(p.config["X"])))
+    wider = tuner((1, 2, 3))
+    assert wider.study.study_name.startswith("toy|problem|gpu|space-")
+    assert wider.fresh and [p.config for p in wider.propose(1, lambda c: None)] == [{"X": 1}]
+    close_storages()
+    assert tuner((1, 2, 3)).study.study_name == wider.study.study_name
+    # the old space still finds its study, with its trials
+    again = tuner((1, 2))
+    assert again.study.study_name == "toy|problem|gpu"
+    assert again.best() == ({"X": 1}, 1.0)
+    # a parameter the old trials lack is no conflict: the same study goes on
+    grown = SpaceTuner(url, "toy|problem|gpu", (Choice("X", (1, 2)), Choice("Y", (0, 1))))
+    assert grown.study.study_name == "toy|problem|gpu"
