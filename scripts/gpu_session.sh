@@ -25,6 +25,7 @@
 #                          `python -m scripts.bench cutlass-cache` on this host's cores, the
 #                          first N ranked ops of each shape file (default: not); the cache is
 #                          packed into OUTDIR/cutlass_cache.tgz to carry to the next session
+#          PRECISION_ARGS, AGENT_ARGS  more options of those two benchmarks
 #          DEADLINE=540  seconds from the start
 # Dependencies must be importable already: install the wheelhouse that scripts/wheelhouse.sh
 # builds (README), and point KS_CUTLASS_CACHE at a cache `python -m scripts.bench
@@ -124,7 +125,8 @@ if [ -n "${PRECISION_SHAPES:-}" ]; then
   else
     echo "== precision side by side: $PRECISION_SHAPES"
     timeout "$(left)" python3 -m scripts.bench precision --shapes "$PRECISION_SHAPES" \
-      --backends "$backends" --out "$out/precision" 2>&1 | tee "$out/precision.log"
+      --backends "$backends" ${PRECISION_ARGS:-} --out "$out/precision" 2>&1 \
+      | tee "$out/precision.log"
     rc=$(( rc | PIPESTATUS[0] ))
     pack
   fi
@@ -136,7 +138,8 @@ if [ -n "${AGENT_ONLY:-}" ]; then
   else
     echo "== decision loop vs full search: shapes $AGENT_ONLY"
     timeout "$(left)" python3 -m scripts.bench agent --only "$AGENT_ONLY" --backends "$backends" \
-      --modes "${AGENT_MODES:-agent,full}" --out "$out/agent" 2>&1 | tee "$out/agent.log"
+      --modes "${AGENT_MODES:-agent,full}" ${AGENT_ARGS:-} --out "$out/agent" 2>&1 \
+      | tee "$out/agent.log"
     rc=$(( rc | PIPESTATUS[0] ))
   fi
 fi
