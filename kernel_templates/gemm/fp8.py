@@ -199,13 +199,13 @@ def _quantised_buffers(device: torch.device, m: int, n: int, k: int
                        ) -> tuple[torch.Tensor, ...]:
     """Reused per device (like the split-K workspace, not for two concurrent streams): the
     fp8 copies of A ``[M, K]`` and B ``[N, K]`` (rows padded to 16 bytes), their scales and
-    two amax cells."""
+    their amax work buffers (one cell per row)."""
     ld = row_stride(k)
     qa = cached_buffer(_Q_A, device, m * ld, F8, zeroed=False, least=1 << 16)
     qb = cached_buffer(_Q_B, device, n * ld, F8, zeroed=False, least=1 << 16)
-    s = cached_buffer(_SCALES, device, m + n + 2, torch.float32, zeroed=False, least=1 << 12)
+    s = cached_buffer(_SCALES, device, 2 * (m + n), torch.float32, zeroed=False, least=1 << 12)
     return (qa.view(m, ld)[:, :k], qb.view(n, ld)[:, :k], s[:m], s[m:m + n],
-            s[m + n:m + n + 1], s[m + n + 1:m + n + 2])
+            s[m + n:2 * m + n], s[2 * m + n:2 * (m + n)])
 
 
 def lowered_matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
@@ -224,8 +224,8 @@ def lowered_matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     qa, qb, sa, sb, amax_a, amax_b = _quantised_buffers(a2.device, m, n, k)
     per_row = cfg["SCALES"] == "row"
     q = {"block_r": cfg["Q_BLOCK_R"], "block_k": cfg["Q_BLOCK_K"], "num_warps": cfg["Q_WARPS"]}
-    qa, sa = quantise(a2, cfg["SCALES"], q=qa, scale=sa if per_row else sa[:1], amax=amax_a,
-                      **q)
+    qa, sa = quantise(a2, cfg["SCALES"], q=qa, scale=sa if per_row else sa[:1],
+                      amax=amax_a if per_row else amax_a[:1], **q)
     qb, sb = quantise(b2.T, cfg["SCALES"], q=qb, scale=sb if per_row else sb[:1],
-                      amax=amax_b, **q)
+                      amax=amax_b if per_row else amax_b[:1], **q)
     return fp8_gemm(qa, qb, sa, sb, cfg, out2)

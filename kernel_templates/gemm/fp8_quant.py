@@ -10,12 +10,13 @@ copies are both K-major, as the fp8 tensor cores read them. Each row ``r`` gets
 and ``q[r, k] * scale[r]`` is the dequantised value. ``SCALES="tensor"`` uses one amax over
 the whole matrix instead (``scale`` has one element).
 
-- per row (``quantise_rows``): one launch. A program owns ``BLOCK_R`` rows: it walks K once for
-  their amax, then again to scale and cast (the second pass reads what the first brought into
-  L2), and writes the scales and the fp8 rows.
-- per tensor (``quantise_tensor``): the amax needs the whole matrix, so two launches (and a
-  zeroing of the amax): tiles reduce into one fp32 with ``atomic_max``, then every tile scales
-  and casts with it.
+- per row (``quantise_rows``): two launches over a grid of ``[BLOCK_R, BLOCK_K]`` tiles (and a
+  zeroing of the per-row amax): every tile reduces its rows' amax into the row's fp32 cell with
+  ``atomic_max``, then every tile scales and casts its rows with them (the tile of the first K
+  block writes the scales). A grid over K as well as rows keeps the GPU's memory busy whatever
+  the shape, and for B (rows of ``B^T``, contiguous across rows) a ``BLOCK_R`` of 32 or more
+  reads whole sectors; the second pass mostly reads what the first left in L2.
+- per tensor (``quantise_tensor``): the same two launches with one amax for the matrix.
 
 The fp8 rows are written into a buffer whose leading dimension is K rounded up to 16, so a TMA
 descriptor can describe them (16-byte aligned rows); the tail is never read (the descriptor's
@@ -61,29 +62,37 @@ def _to_e4m3(y, ROUND_IN_FP32: tl.constexpr):
 
 
 @triton.jit
-def _quant_rows_kernel(
-    x_ptr, q_ptr, s_ptr, R, K, stride_xr, stride_xk, stride_qr,
+def _row_amax_kernel(
+    x_ptr, amax_ptr, R, K, stride_xr, stride_xk,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    row_ok = rows < R
+    mask = row_ok[:, None] & (cols[None, :] < K)
+    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xr + cols[None, :] * stride_xk,
+                mask=mask, other=0.0).to(tl.float32)
+    tl.atomic_max(amax_ptr + rows, tl.max(tl.abs(x), axis=1), mask=row_ok)
+
+
+@triton.jit
+def _row_cast_kernel(
+    x_ptr, q_ptr, amax_ptr, s_ptr, R, K, stride_xr, stride_xk, stride_qr,
     BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     row_ok = rows < R
-    x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xr
-    amax = tl.zeros((BLOCK_R,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)
-        mask = row_ok[:, None] & (cols[None, :] < K)
-        x = tl.load(x_rows + cols[None, :] * stride_xk, mask=mask, other=0.0).to(tl.float32)
-        amax = tl.maximum(amax, tl.max(tl.abs(x), axis=1))
+    amax = tl.load(amax_ptr + rows, mask=row_ok, other=0.0)
     nonzero = amax > 0
-    scale = tl.where(nonzero, tl.math.div_rn(amax, 448.0), 1.0)
     inv = tl.where(nonzero, tl.math.div_rn(448.0, tl.where(nonzero, amax, 1.0)), 1.0)
-    tl.store(s_ptr + rows, scale, mask=row_ok)
-    q_rows = q_ptr + rows.to(tl.int64)[:, None] * stride_qr
-    for k0 in range(0, K, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)
-        mask = row_ok[:, None] & (cols[None, :] < K)
-        x = tl.load(x_rows + cols[None, :] * stride_xk, mask=mask, other=0.0).to(tl.float32)
-        tl.store(q_rows + cols[None, :], _to_e4m3(x * inv[:, None], ROUND_IN_FP32), mask=mask)
+    if tl.program_id(1) == 0:
+        tl.store(s_ptr + rows, tl.where(nonzero, tl.math.div_rn(amax, 448.0), 1.0), mask=row_ok)
+    mask = row_ok[:, None] & (cols[None, :] < K)
+    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xr + cols[None, :] * stride_xk,
+                mask=mask, other=0.0).to(tl.float32)
+    tl.store(q_ptr + rows.to(tl.int64)[:, None] * stride_qr + cols[None, :],
+             _to_e4m3(x * inv[:, None], ROUND_IN_FP32), mask=mask)
 
 
 @triton.jit
@@ -140,15 +149,24 @@ def _buffers(x: torch.Tensor, q: torch.Tensor | None, scale: torch.Tensor | None
 
 
 def quantise_rows(x: torch.Tensor, *, block_r: int, block_k: int, num_warps: int,
-                  q: torch.Tensor | None = None, scale: torch.Tensor | None = None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(q, scale)``: ``x`` ([R, K], any strides) quantised with one scale per row."""
+                  q: torch.Tensor | None = None, scale: torch.Tensor | None = None,
+                  amax: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(q, scale)``: ``x`` ([R, K], any strides) quantised with one scale per row.
+    ``amax``: an R-element fp32 work buffer (zeroed here)."""
     q, scale = _buffers(x, q, scale, x.shape[0])
     r, k = x.shape
-    _quant_rows_kernel[(triton.cdiv(r, block_r),)](
-        x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0),
-        BLOCK_R=block_r, BLOCK_K=block_k, ROUND_IN_FP32=x.device.type != "cuda",
-        num_warps=num_warps)
+    if amax is None:
+        amax = torch.zeros(r, dtype=torch.float32, device=x.device)
+    elif amax.numel() != r or amax.dtype != torch.float32:
+        raise ValueError(f"amax must hold {r} fp32 values")
+    else:
+        amax.zero_()
+    grid = (triton.cdiv(r, block_r), triton.cdiv(k, block_k))
+    _row_amax_kernel[grid](x, amax, r, k, x.stride(0), x.stride(1), BLOCK_R=block_r,
+                           BLOCK_K=block_k, num_warps=num_warps)
+    _row_cast_kernel[grid](x, q, amax, scale, r, k, x.stride(0), x.stride(1), q.stride(0),
+                           BLOCK_R=block_r, BLOCK_K=block_k,
+                           ROUND_IN_FP32=x.device.type != "cuda", num_warps=num_warps)
     return q, scale
 
 
@@ -175,12 +193,13 @@ def quantise_tensor(x: torch.Tensor, *, block_r: int, block_k: int, num_warps: i
 def quantise(x: torch.Tensor, scales: str, *, block_r: int, block_k: int, num_warps: int,
              q: torch.Tensor | None = None, scale: torch.Tensor | None = None,
              amax: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x`` quantised with ``scales`` ``"row"`` (one scale per row) or ``"tensor"``."""
+    """``x`` quantised with ``scales`` ``"row"`` (one scale per row) or ``"tensor"``;
+    ``amax``: the work buffer (R elements per row, one per tensor)."""
     if x.dim() != 2:
         raise ValueError(f"quantise takes a 2-D [R, K] operand, got {x.dim()}-D")
     if scales == "row":
         return quantise_rows(x, block_r=block_r, block_k=block_k, num_warps=num_warps, q=q,
-                             scale=scale)
+                             scale=scale, amax=amax)
     if scales == "tensor":
         return quantise_tensor(x, block_r=block_r, block_k=block_k, num_warps=num_warps, q=q,
                                scale=scale, amax=amax)

@@ -35,7 +35,7 @@ from workers.execute import execute
 F8 = torch.float8_e4m3fn
 LAY = {"r": "row", "c": "col"}
 SMALL = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=2)
-QUANT = dict(PRECISION="fp8_e4m3", SCALES="row", Q_BLOCK_R=4, Q_BLOCK_K=32, Q_WARPS=4)
+QUANT = dict(PRECISION="fp8_e4m3", SCALES="row", Q_BLOCK_R=8, Q_BLOCK_K=32, Q_WARPS=4)
 
 
 def torch_quantise(x: torch.Tensor, scales: str) -> tuple[torch.Tensor, torch.Tensor]:

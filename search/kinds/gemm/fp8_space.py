@@ -51,8 +51,8 @@ PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages",
 Q_PARAMS = ("SCALES", "Q_BLOCK_R", "Q_BLOCK_K", "Q_WARPS")
 #: Keys beyond ``PARAMS`` and the value each takes when absent.
 DEFAULTS: dict[str, Any] = {"PERSISTENT": 0, "num_ctas": 1, "FAST_ACC": 0, "TMA_STORE": 0}
-LOWERED_DEFAULTS: dict[str, Any] = {"PRECISION": LOWERED, "SCALES": "row", "Q_BLOCK_R": 4,
-                                    "Q_BLOCK_K": 512, "Q_WARPS": 4}
+LOWERED_DEFAULTS: dict[str, Any] = {"PRECISION": LOWERED, "SCALES": "row", "Q_BLOCK_R": 32,
+                                    "Q_BLOCK_K": 128, "Q_WARPS": 4}
 #: Elements one quantisation program holds per step (fp32 registers: at 4 warps, 64 each).
 Q_MAX_TILE = 8192
 
@@ -100,8 +100,8 @@ def space(problem: GemmProblem) -> tuple[Choice, ...]:
     ]
     if lowered(problem):
         dims += [Choice("SCALES", SCALES),  # type: ignore[arg-type]
-                 Choice("Q_BLOCK_R", (1, 2, 4, 8, 16, 32)),
-                 Choice("Q_BLOCK_K", (128, 256, 512, 1024, 2048)),
+                 Choice("Q_BLOCK_R", (8, 16, 32, 64, 128)),
+                 Choice("Q_BLOCK_K", (32, 64, 128, 256, 512)),
                  Choice("Q_WARPS", (2, 4, 8))]
     return tuple(dims)
 
@@ -224,9 +224,6 @@ def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
             out.append({**base, **extra})
     legal = {c.name: set(c.values) for c in space(problem)}
     is_lowered = lowered(problem)
-    if is_lowered:  # whole rows of K in one or a few steps, never a tile over twice K
-        q_k = max(128, min(512, 1 << max(0, problem.k - 1).bit_length()))
-        out = [{**s, "Q_BLOCK_K": q_k} for s in out]
     done = [complete(s, is_lowered) for s in out]
     fits = DeviceLimits()  # an H100's: the seeds are what fits there
     return [s for s in done if all(s[p] in legal[p] for p in params(problem))
