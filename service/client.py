@@ -72,7 +72,12 @@ class KernelSearchClient:
                  retries: int = 3, transport: httpx.BaseTransport | None = None, *,
                  http_client: httpx.Client | None = None, backoff_s: float = 0.5,
                  max_backoff_s: float = 30.0, sleep: Callable[[float], None] = time.sleep,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, worker_token: str | None = None,
+                 worker_secret: str | None = None) -> None:
+        """``token``: a user's token (``KS_TOKEN``), sent as the bearer of user calls;
+        ``worker_token`` (``KS_WORKER_TOKEN``) that of worker calls (``token`` when unset);
+        ``worker_secret``: this worker's own secret (``X-Worker-Secret``), which
+        :meth:`register_worker` also takes from the service's first answer."""
         self.base_url = base_url.rstrip("/")
         self.retries = max(0, retries)
         self.backoff_s = backoff_s
@@ -80,6 +85,10 @@ class KernelSearchClient:
         self._sleep = sleep
         self._rng = rng
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        worker_bearer = worker_token or token
+        self._worker_bearer = ({"Authorization": f"Bearer {worker_bearer}"} if worker_bearer
+                               else {})
+        self.worker_secret = worker_secret
         self._own = http_client is None
         self._http = http_client or httpx.Client(timeout=timeout, transport=transport)
 
@@ -162,20 +171,31 @@ class KernelSearchClient:
         body: dict[str, Any] = {"name": name, "device": device}
         if catalogues:
             body["catalogues"] = catalogues
-        return self._request("POST", "/v1/workers/register", json=body)
+        reply = self._request("POST", "/v1/workers/register", json=body,
+                              headers=self._worker_headers())
+        if reply.get("worker_secret"):
+            self.worker_secret = str(reply["worker_secret"])
+        return reply  # type: ignore[no-any-return]
 
     def lease(self, worker_id: int, max_candidates: int) -> dict[str, Any]:
         return self._request("POST", f"/v1/workers/{int(worker_id)}/lease",
-                             json={"max_candidates": max_candidates})
+                             json={"max_candidates": max_candidates},
+                             headers=self._worker_headers())
 
     def renew(self, worker_id: int, lease_id: str) -> dict[str, Any]:
         lease = quote(str(lease_id), safe="")
-        return self._request("POST", f"/v1/workers/{int(worker_id)}/leases/{lease}/renew")
+        return self._request("POST", f"/v1/workers/{int(worker_id)}/leases/{lease}/renew",
+                             headers=self._worker_headers())
 
     def report(self, worker_id: int, lease_id: str, results: list[dict[str, Any]]
                ) -> dict[str, Any]:
         return self._request("POST", f"/v1/workers/{int(worker_id)}/report",
-                             json={"lease_id": lease_id, "results": results})
+                             json={"lease_id": lease_id, "results": results},
+                             headers=self._worker_headers())
+
+    def _worker_headers(self) -> dict[str, str]:
+        secret = {"X-Worker-Secret": self.worker_secret} if self.worker_secret else {}
+        return {**self._worker_bearer, **secret}
 
     # -- plumbing -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -189,13 +209,15 @@ class KernelSearchClient:
         self.close()
 
     def _request(self, method: str, path: str, *, json: Any = None,
-                 params: dict[str, Any] | None = None) -> Any:
+                 params: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None) -> Any:
         url = self.base_url + path
         attempt = 0
         while True:
             try:
                 response = self._http.request(method, url, json=json, params=params,
-                                              headers=self._headers)
+                                              headers=self._headers if headers is None
+                                              else headers)
             except httpx.TransportError as exc:  # connection refused/reset, timeouts
                 if attempt >= self.retries:
                     raise KernelSearchConnectionError(

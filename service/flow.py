@@ -8,7 +8,9 @@ one process never over-fill a job's window.
 
 from __future__ import annotations
 
+import hmac
 import logging
+import secrets
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,13 +36,16 @@ from search import kinds
 from search.decision import Policy
 from search.types import Candidate, Device, Measurement, Problem, ProblemError, Status, Task
 from service.agent_loop import AgentLoop, record_calibration, time_up
-from service.errors import Conflict, Gone, InvalidInput, NotFound
+from service.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
 from service.settings import ServiceSettings
+from service.tokens import digest
 from service.tuning import TunerPool
 
 log = logging.getLogger("kernelsearch.flow")
 
 Clock = Callable[[], datetime]
+#: The Retry-After of a submission refused for a full queue: jobs take minutes.
+QUEUE_RETRY_AFTER_S = 60
 
 
 def utcnow() -> datetime:
@@ -97,7 +102,10 @@ class Flow:
     # -- jobs -----------------------------------------------------------------------------------
     def submit_job(self, problem: Problem, *, max_trials: int | None,
                    max_seconds: float | None, backends: Sequence[str], gpu: str | None,
-                   seed: int | None, policy: Policy | None = None) -> JobState:
+                   seed: int | None, policy: Policy | None = None,
+                   owner: str | None = None) -> JobState:
+        """Store a job for ``problem``; ``owner`` (the user token's name) counts against
+        ``max_queued_jobs_per_owner``, every job against ``max_queued_jobs`` (429 past them)."""
         kind = kinds.get(problem.kind)
         unknown = sorted(set(backends) - set(kind.backends))
         if unknown:
@@ -118,12 +126,25 @@ class Flow:
                 f"{self.settings.max_problem_bytes}"))
         now = self.clock()
         with self.db.session() as s:
+            jobs.lock_submissions(s)
+            self._check_queue(s, owner)
             record = jobs.get_or_create_problem(s, problem, now)
             job = jobs.create_job(s, record, max_trials=max_trials, max_seconds=max_seconds,
                                   backends=list(dict.fromkeys(backends)), target_gpu=gpu,
                                   seed=seed or 0, now=now,
-                                  policy=(policy or Policy()).to_dict())
+                                  policy=(policy or Policy()).to_dict(), owner=owner)
         return self.job_state(job.id)
+
+    def _check_queue(self, s: Session, owner: str | None) -> None:
+        limit, retry = self.settings.max_queued_jobs, QUEUE_RETRY_AFTER_S
+        if jobs.count_active(s) >= limit:
+            raise TooMany(f"{limit} jobs are queued or running, the limit (max_queued_jobs); "
+                          "submit again when some have finished", retry)
+        mine = self.settings.max_queued_jobs_per_owner
+        if owner is not None and jobs.count_active(s, owner) >= mine:
+            raise TooMany(f"{owner} has {mine} jobs queued or running, the limit per owner "
+                          "(max_queued_jobs_per_owner); submit again when some have "
+                          "finished", retry)
 
     def job_state(self, job_id: int) -> JobState:
         now = self.clock()
@@ -156,17 +177,29 @@ class Flow:
 
     # -- workers --------------------------------------------------------------------------------
     def register_worker(self, name: str, device: Device,
-                        declared: Mapping[str, dict[str, Any]] | None = None) -> WorkerRecord:
+                        declared: Mapping[str, dict[str, Any]] | None = None,
+                        secret: str | None = None) -> tuple[WorkerRecord, str | None]:
         """Register (or re-register) a worker; each catalogue it declares (by
         ``"<kind>/<backend>"``, validated by ``RegisterIn``) becomes its GPU model's
-        (``search.kinds.gemm.library`` reads the CUTLASS one)."""
+        (``search.kinds.gemm.library`` reads the CUTLASS one). A name registered with a secret
+        is re-registered only with it (403 otherwise); the first registration returns the
+        secret it issued (only its digest is stored), later ones None."""
         now = self.clock()
         with self.db.session() as s:
-            worker = workers.register(s, name, device.gpu_model, device.to_dict(), now)
+            known = workers.by_name(s, name)
+            issued = None
+            if known is None or known.secret_sha256 is None:
+                issued = secrets.token_urlsafe(32)
+            elif not _same_secret(secret, known.secret_sha256):
+                raise _taken(name)
+            worker = workers.register(s, name, device.gpu_model, device.to_dict(), now,
+                                      digest(issued) if issued else None)
+            if issued is not None and worker.secret_sha256 != digest(issued):
+                raise _taken(name)  # a concurrent first registration of the name won
             for key, body in (declared or {}).items():
                 catalogues.declare(s, device.gpu_model, key, catalogues.digest_of(body), body,
                                    worker.id, now)
-            return worker
+            return worker, issued
 
     def lease(self, worker_id: int, max_candidates: int) -> LeaseGrant:
         worker = self._worker(worker_id)
@@ -278,6 +311,10 @@ class Flow:
                 self.agent.advance(job_id)
 
     # -- internals ------------------------------------------------------------------------------
+    def job(self, job_id: int) -> JobRecord:
+        """The job, or a 404."""
+        return self._job(job_id)
+
     def _job(self, job_id: int) -> JobRecord:
         with self.db.read_session() as s:
             job = jobs.get_job(s, job_id)
@@ -345,6 +382,17 @@ class Flow:
         if bound is None or not bound.active or bound.bound_gpu != device.gpu_model:
             return None
         return bound
+
+
+def _same_secret(secret: str | None, sha256: str) -> bool:
+    return bool(secret) and hmac.compare_digest(digest(secret or "").encode(), sha256.encode())
+
+
+def _taken(name: str) -> Forbidden:
+    return Forbidden(f"worker name {name!r} is registered with a secret: re-registering it "
+                     "needs its X-Worker-Secret (returned by its first registration and kept "
+                     "in the worker's state directory, KS_STATE_DIR); choose another name "
+                     "(KS_WORKER_NAME) for a new worker")
 
 
 @dataclass(frozen=True)

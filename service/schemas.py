@@ -447,6 +447,9 @@ class RegisterIn(_In):
 class RegisterOut(BaseModel):
     worker_id: int
     gpu_model: str
+    worker_secret: str | None = Field(
+        None, description="issued by a name's first registration only (kept as a digest): "
+                          "send it as X-Worker-Secret on every later call under worker_id")
 
 
 class LeaseIn(_In):

@@ -192,7 +192,7 @@ def settings(tmp_path: Path) -> ServiceSettings:
 @pytest.fixture
 def cli(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The CLI talking to the test app (and printing wide, so rows do not wrap)."""
-    monkeypatch.setattr(remote, "client", lambda url: KernelSearchClient(
+    monkeypatch.setattr(remote, "client", lambda url, token=None: KernelSearchClient(
         "http://testserver", http_client=client, retries=0))
     monkeypatch.setattr(show.out, "width", 220)
     return run
