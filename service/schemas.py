@@ -231,6 +231,9 @@ class JobOut(BaseModel):
     waiting: str | None = Field(None, description="why a queued job has not started: no "
                                                   "worker of its GPU model registered, or "
                                                   "none seen within a lease")
+    owner: str | None = Field(None, description="the name of the user token that submitted "
+                                                "it (null: submitted while the service was "
+                                                "open)")
 
 
 class DecisionOut(BaseModel):

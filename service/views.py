@@ -51,7 +51,7 @@ def job_out(state: JobState) -> JobOut:
         best=best, library_best=library, custom_best=measurement_out(state.custom_best, problem),
         speedup=speedup, error=job.error, policy=job.policy, stage=job.stage,
         decision=decision_out(state.decision) if state.decision else None,
-        waiting=state.waiting)
+        waiting=state.waiting, owner=job.owner)
 
 
 def decision_out(d: DecisionRecord) -> DecisionOut:
