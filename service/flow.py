@@ -13,7 +13,7 @@ import logging
 import secrets
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -35,6 +35,7 @@ from db.records import (
 from search import kinds
 from search.decision import Policy
 from search.types import Candidate, Device, Measurement, Problem, ProblemError, Status, Task
+from service import plausibility
 from service.agent_loop import AgentLoop, record_calibration, time_up
 from service.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
 from service.settings import ServiceSettings
@@ -66,6 +67,8 @@ class JobState:
     decision: DecisionRecord | None = None
     #: why a queued job has not started (no worker of its GPU model, or none seen lately)
     waiting: str | None = None
+    #: its results held as faster than the roofline allows (``service.plausibility``)
+    held: tuple[MeasurementRecord, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -266,7 +269,8 @@ class Flow:
         touched: set[int] = set()
         for candidate_id, measurement in results:
             with self.db.session() as s:
-                got = _store(s, worker, lease_id, candidate_id, measurement, self.clock())
+                got = _store(s, worker, lease_id, candidate_id, measurement, self.clock(),
+                             self.settings.implausible_below)
             if got.cand is None or got.job is None or got.refused is not None:
                 rejected.append((candidate_id, got.refused or "unknown candidate"))
                 if got.stored is not None and got.cand is not None and got.job is not None:
@@ -342,7 +346,7 @@ class Flow:
             measurements.job_best(s, job_id, kind.library_backends))
         return JobState(job, cands.job_counts(s, job_id, kind.library_tier), best, library,
                         measurements.job_best(s, job_id, kind.custom_backends), now, decision,
-                        self._waiting(s, job, now))
+                        self._waiting(s, job, now), tuple(measurements.held_of_job(s, job_id)))
 
     def waiting(self, jobs: Sequence[JobRecord]) -> dict[int, str | None]:
         """Why each of ``jobs`` waits (``JobState.waiting``: None unless it is queued)."""
@@ -409,8 +413,9 @@ class _Stored:
 
 
 def _store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
-           measurement: Measurement, now: datetime) -> _Stored:
-    """Store one result under the candidate's row lock, unless it is refused."""
+           measurement: Measurement, now: datetime, implausible_below: float) -> _Stored:
+    """Store one result under the candidate's row lock, unless it is refused; a kernel faster
+    than the roofline allows is stored held (``service.plausibility``)."""
     cand = cands.get_candidate(s, candidate_id, lock=True)
     job = jobs.get_job(s, cand.job_id) if cand is not None else None
     if cand is None or job is None:
@@ -422,24 +427,56 @@ def _store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
     if reason not in (None, _DUPLICATE):
         return _Stored(cand, job, reason)
     stored = measurements.of_candidates(s, [candidate_id]).get(candidate_id)
-    if stored is not None:
-        return _Stored(cand, job, _DUPLICATE.format(id=candidate_id), stored)
     precision = None
     if cand.backend is not None:
         # a lowered kernel's error against the job's bound (Policy.judge)
         precision = kinds.get(job.problem.kind).precision_of(job.problem, cand.backend,
                                                              cand.config)
         measurement = Policy.from_dict(job.policy).judge(measurement, precision)
+    if (stored is not None and stored.status == Status.HELD and reason is None
+            and stored.worker_id != worker.id):
+        return _recheck(s, cand, job, worker, stored, measurement, now)
+    if stored is not None:
+        return _Stored(cand, job, _DUPLICATE.format(id=candidate_id), stored)
+    held = None
+    if cand.backend is not None:
+        held = plausibility.why_held(s, job, worker.gpu_model, measurement, precision,
+                                     implausible_below)
+        if held is not None:
+            log.warning("candidate %s of job %s from worker %s %s", cand.id, job.id,
+                        worker.id, held)
+            measurement = replace(measurement, status=Status.HELD, error=held)
     measurements.add_measurement(s, cand, worker.gpu_model, measurement, worker.id, now,
                                  precision)
     if cand.task == Task.CALIBRATE.value and measurement.ok:
         record_calibration(s, cand, measurement, worker.gpu_model, worker.id, now)
-    if cand.status == CandidateStatus.LEASED:
+    if held is not None and cand.status == CandidateStatus.LEASED:
+        cands.requeue_for_recheck(s, cand.id)
+    elif cand.status == CandidateStatus.LEASED:
         failure = None if measurement.ok else _failure(measurement)
         cands.finish_candidate(s, cand.id, CandidateStatus.DONE if measurement.ok
                                else CandidateStatus.FAILED, failure)
     workers.touch(s, worker.id, now)
     return _Stored(cand, job, None, measurement=measurement)
+
+
+def _recheck(s: Session, cand: CandidateRecord, job: JobRecord, worker: WorkerRecord,
+             held: MeasurementRecord, again: Measurement, now: datetime) -> _Stored:
+    """Another worker's re-measurement of a held result: within tolerance it releases the held
+    result (status ok), otherwise the result stays held with the reason; the candidate is
+    done either way, and the re-measurement is kept in the held result's ``extra``."""
+    confirmed = plausibility.agrees(held, again)
+    settled = measurements.settle_held(
+        s, held, confirmed=confirmed,
+        error=None if confirmed else plausibility.verdict(held, again, worker.id),
+        extra={"recheck": {"worker_id": worker.id, "median_us": again.median_us,
+                           "status": str(again.status)}})
+    log.warning("held result of candidate %s (job %s) %s by worker %s", cand.id, job.id,
+                "confirmed" if confirmed else "not confirmed", worker.id)
+    cands.finish_candidate(s, cand.id, CandidateStatus.DONE if confirmed
+                           else CandidateStatus.FAILED, None if confirmed else settled.error)
+    workers.touch(s, worker.id, now)
+    return _Stored(cand, job, None, measurement=settled.to_measurement())
 
 
 #: The rejection of a report already stored (``{id}``: the candidate).

@@ -231,9 +231,22 @@ class JobOut(BaseModel):
     waiting: str | None = Field(None, description="why a queued job has not started: no "
                                                   "worker of its GPU model registered, or "
                                                   "none seen within a lease")
+    held: list[HeldOut] = Field([], description="results held as faster than the roofline "
+                                                "allows, each with why and what its "
+                                                "re-measurement said")
     owner: str | None = Field(None, description="the name of the user token that submitted "
                                                 "it (null: submitted while the service was "
                                                 "open)")
+
+
+class HeldOut(BaseModel):
+    """A result held for re-measurement (``service.plausibility``)."""
+
+    candidate_id: int | None
+    backend: str | None
+    median_us: float | None
+    worker_id: int | None
+    reason: str | None = Field(description="why it is held, or why it stays refused")
 
 
 class DecisionOut(BaseModel):
@@ -493,6 +506,8 @@ class MeasurementIn(BaseModel):
     def _ok_has_time(self) -> MeasurementIn:
         if self.status == Status.OK and self.median_us is None:
             raise ValueError("a measurement with status ok needs median_us")
+        if self.status == Status.HELD:
+            raise ValueError("status held is the service's own: report what the run gave")
         return self
 
 
