@@ -24,7 +24,7 @@ from sqlalchemy.exc import DataError
 from db.engine import Database
 from db.migrate import upgrade
 from search import kinds
-from service import dashboard
+from service import dashboard, openapi
 from service.auth import ReadAuth, warn_if_open
 from service.errors import ServiceError
 from service.flow import Clock, Flow, utcnow
@@ -105,6 +105,7 @@ def create_app(settings: ServiceSettings | None = None, *,
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
                            allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
+    openapi.install(app)
     warn_if_open(settings)
     return app
 
