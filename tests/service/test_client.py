@@ -119,3 +119,24 @@ def test_token_header_is_sent() -> None:
     api = KernelSearchClient("http://x/", token="t0k", transport=httpx.MockTransport(handler))
     api.register_worker("w", {"gpu_model": "G", "mode": "cuda"})
     assert seen == ["Bearer t0k"]
+
+
+def test_user_and_worker_calls_carry_their_own_credentials() -> None:
+    seen: list[tuple[str, str | None, str | None]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.path, request.headers.get("authorization"),
+                     request.headers.get("x-worker-secret")))
+        if request.url.path == "/v1/workers/register":
+            return httpx.Response(200, json={"worker_id": 7, "gpu_model": "G",
+                                             "worker_secret": "s3"})
+        return httpx.Response(200, json={})
+
+    api = KernelSearchClient("http://x", token="user", worker_token="work",
+                             transport=httpx.MockTransport(handler))
+    api.cancel_job(1)
+    api.register_worker("w", {"gpu_model": "G", "mode": "cuda"})
+    api.lease(7, 1)
+    assert seen == [("/v1/jobs/1/cancel", "Bearer user", None),
+                    ("/v1/workers/register", "Bearer work", None),
+                    ("/v1/workers/7/lease", "Bearer work", "s3")]
