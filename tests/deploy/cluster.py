@@ -110,6 +110,7 @@ class Cluster:
             "KS_DATABASE_URL": database_url, "KS_LEASE_SECONDS": str(lease_seconds),
             "KS_MIGRATE_ON_STARTUP": "false", "KS_RETRY_AFTER_S": "1", "KS_POLL_S": "0.2",
             "KS_MAX_BACKOFF_S": "2", "TRITON_INTERPRET": "1", "PYTHONUNBUFFERED": "1",
+            "KS_STATE_DIR": str(tmp_path / "worker-state"),  # the workers' secrets
             "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         })
         self.env.update(env)
