@@ -106,3 +106,15 @@ def test_a_worker_cannot_report_held_itself(driver: Any) -> None:
     r = driver.http.post(f"/v1/workers/{w}/report", json={"lease_id": "x", "results": [
         {"candidate_id": 1, "measurement": {"status": "held", "median_us": 1.0}}]})
     assert r.status_code == 422 and "status held is the service's own" in r.text
+
+
+def test_a_job_with_a_refused_result_runs_to_a_decision_without_it(h100: None, driver: Any,
+                                                                   client: Any) -> None:
+    job, liar, honest, fake = start(driver)
+    driver.run_all(honest)  # the honest worker re-measures the held candidate (41 us, say)
+    final = driver.job(job["id"])
+    assert final["status"] == "done" and final["decision"] is not None
+    assert final["best"]["median_us"] > 1.0 and final["decision"]["median_us"] > 1.0
+    assert [h["candidate_id"] for h in final["held"]] == [fake["id"]]
+    assert final["held"][0]["reason"].startswith("refused")
+    assert client.get("/v1/best", params=QUERY).json()["median_us"] > 1.0
