@@ -104,7 +104,7 @@ class KernelSearchClient:
                            ("seed", seed), ("policy", policy)):
             if value is not None:
                 body[key] = value
-        return self._request("POST", "/v1/jobs", json=body)
+        return self._request("POST", "/v1/jobs", json=body, wait_on_limits=False)
 
     def get_job(self, job_id: int) -> dict[str, Any]:
         return self._request("GET", f"/v1/jobs/{int(job_id)}")
@@ -138,7 +138,8 @@ class KernelSearchClient:
     def reopen(self, problem_id: int, **body: Any) -> dict[str, Any]:
         """Decide again: a new job for the problem (``budget=``, ``policy=``, ``gpu=`` ...)."""
         return self._request("POST", f"/v1/problems/{int(problem_id)}/reopen",
-                             json={k: v for k, v in body.items() if v is not None})
+                             json={k: v for k, v in body.items() if v is not None},
+                             wait_on_limits=False)
 
     # -- results --------------------------------------------------------------------------------
     def best(self, **query: Any) -> dict[str, Any] | None:
@@ -210,7 +211,9 @@ class KernelSearchClient:
 
     def _request(self, method: str, path: str, *, json: Any = None,
                  params: dict[str, Any] | None = None,
-                 headers: dict[str, str] | None = None) -> Any:
+                 headers: dict[str, str] | None = None, wait_on_limits: bool = True) -> Any:
+        """Send one call, retrying what may pass later; ``wait_on_limits=False``: a 429 (a
+        full queue: minutes away) is raised at once, so a person hears of it now."""
         url = self.base_url + path
         attempt = 0
         while True:
@@ -228,7 +231,7 @@ class KernelSearchClient:
             status = response.status_code
             if status < 400:
                 return response.json()
-            if (status >= 500 or status == 429) and attempt < self.retries:
+            if (status >= 500 or (status == 429 and wait_on_limits)) and attempt < self.retries:
                 self._sleep(self._delay(attempt, response.headers.get("Retry-After")))
                 attempt += 1
                 continue

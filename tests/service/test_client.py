@@ -140,3 +140,20 @@ def test_user_and_worker_calls_carry_their_own_credentials() -> None:
     assert seen == [("/v1/jobs/1/cancel", "Bearer user", None),
                     ("/v1/workers/register", "Bearer work", None),
                     ("/v1/workers/7/lease", "Bearer work", "s3")]
+
+
+def test_a_full_queue_is_said_at_once_not_waited_for() -> None:
+    calls: list[str] = []
+
+    def full(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        return httpx.Response(429, headers={"Retry-After": "60"},
+                              json={"detail": "1000 jobs are queued or running, the limit "
+                                              "(max_queued_jobs)"})
+
+    sleeps: list[float] = []
+    api = KernelSearchClient("http://x", transport=httpx.MockTransport(full), retries=3,
+                             sleep=sleeps.append)
+    with pytest.raises(KernelSearchError, match="max_queued_jobs") as err:
+        api.submit_job({"m": 8, "n": 8, "k": 8})
+    assert err.value.status_code == 429 and calls == ["/v1/jobs"] and sleeps == []
