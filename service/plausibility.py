@@ -27,11 +27,14 @@ CONFIRM_TOLERANCE = 0.10
 def why_held(s: Session, job: JobRecord, gpu_model: str, measurement: Measurement,
              precision: str | None, share: float) -> str | None:
     """Why ``measurement`` (an ok kernel result on ``gpu_model``) is held, or None: it beats
-    ``share`` of the roofline's time on that model's latest calibration (none: never held)."""
+    ``share`` of the roofline's time on that model's latest calibration (none, or one made on
+    the interpreter: never held)."""
     if share <= 0 or not measurement.ok or measurement.median_us is None:
         return None
     cal = calibrations.latest(s, gpu_model)
-    if cal is None:
+    if cal is None or cal.env.get("mode") == "interpreter":
+        # the interpreter's calibration times a small GEMM on the CPU: no ceilings (and a
+        # worker claiming the interpreter mode changes nothing: it is the calibration's)
         return None
     calibration = Calibration(gpu_model, cal.bandwidth_gbs, cal.peak_tflops, cal.env,
                               cal.peak_low_tflops)

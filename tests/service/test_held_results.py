@@ -118,3 +118,20 @@ def test_a_job_with_a_refused_result_runs_to_a_decision_without_it(h100: None, d
     assert [h["candidate_id"] for h in final["held"]] == [fake["id"]]
     assert final["held"][0]["reason"].startswith("refused")
     assert client.get("/v1/best", params=QUERY).json()["median_us"] > 1.0
+
+
+def test_an_interpreter_calibration_holds_nothing(app: Any, driver: Any) -> None:
+    """The interpreter's calibration times a small GEMM on the CPU: kernels beat it freely, so
+    it is no ceiling to hold results against, whatever the model is called."""
+    model = "cpu-interpreter-b"
+    env = {"mode": "interpreter", "driver": "", "cuda": "", "torch": "fake"}
+    with app.state.flow.db.session() as s:
+        calibrations.add_calibration(s, model, 5.0, {"bf16": 0.05}, env,
+                                     datetime(2026, 1, 1, tzinfo=UTC))
+    job = driver.submit({"max_trials": 2}, problem=GEMM, gpu=model)
+    w = driver.register("cpu", gpu=model, mode="interpreter", **{k: env[k] for k in ENV})
+    grant = driver.lease(w, 8)
+    assert grant["candidates"] and all(c["backend"] for c in grant["candidates"])
+    for c in grant["candidates"]:
+        driver.report(w, grant["lease_id"], c["id"], driver.fake_ok(1.0))
+    assert driver.job(job["id"])["held"] == []
