@@ -25,7 +25,7 @@ from db.records import (
     JobCounts,
     LeaseRecord,
 )
-from search.types import config_key
+from search.types import Status, config_key
 
 
 def add_candidates(session: Session, job_id: int, problem_id: int, backend: str,
@@ -98,6 +98,14 @@ def finish_candidate(session: Session, candidate_id: int, status: CandidateStatu
                     .values(status=status.value, failure_reason=reason))
 
 
+def requeue_for_recheck(session: Session, candidate_id: int) -> None:
+    """Put a candidate whose result is held back in the queue, for another worker
+    (:func:`lease_pending` never hands it to the worker whose result is held)."""
+    session.execute(update(CandidateRow).where(CandidateRow.id == candidate_id)
+                    .values(status=CandidateStatus.PENDING.value, lease_id=None,
+                            lease_expires_at=None, worker_id=None))
+
+
 def cancel_outstanding(session: Session, job_id: int, reason: str,
                        statuses: Sequence[str] = OUTSTANDING) -> int:
     """Cancel the job's candidates in ``statuses``; returns how many."""
@@ -150,7 +158,10 @@ def lease_pending(session: Session, job_id: int, backends: Sequence[str], limit:
         select(CandidateRow)
         .where(CandidateRow.job_id == job_id,
                CandidateRow.status == CandidateStatus.PENDING.value,
-               or_(CandidateRow.backend.in_(list(backends)), CandidateRow.task.is_not(None)))
+               or_(CandidateRow.backend.in_(list(backends)), CandidateRow.task.is_not(None)),
+               ~exists().where(MeasurementRow.candidate_id == CandidateRow.id,
+                               MeasurementRow.worker_id == worker_id,
+                               MeasurementRow.status == Status.HELD.value))
         .order_by(case((CandidateRow.tier.is_(None), 0), else_=1), CandidateRow.id)
         .limit(limit)
         .with_for_update(skip_locked=True)))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -59,14 +59,35 @@ def list_problems(session: Session, limit: int, offset: int
 
 def create_job(session: Session, problem: ProblemRecord, *, max_trials: int | None,
                max_seconds: float | None, backends: Sequence[str], target_gpu: str | None,
-               seed: int, now: datetime, policy: dict[str, Any] | None = None) -> JobRecord:
+               seed: int, now: datetime, policy: dict[str, Any] | None = None,
+               owner: str | None = None) -> JobRecord:
     row = JobRow(problem_id=problem.id, status=JobStatus.QUEUED.value, max_trials=max_trials,
                  max_seconds=max_seconds, backends=list(backends), target_gpu=target_gpu,
-                 bound_gpu=None, bound_backends=None, seed=seed,
+                 bound_gpu=None, bound_backends=None, seed=seed, owner=owner,
                  created_at=now, policy=dict(policy or {}), stage=None, exhausted_tiers=[])
     session.add(row)
     session.flush()
     return get_job(session, row.id)  # type: ignore[return-value]
+
+
+def count_active(session: Session, owner: str | None = None) -> int:
+    """Queued or running jobs, in all or of one ``owner``."""
+    stmt = select(func.count()).select_from(JobRow).where(JobRow.status.in_(ACTIVE_JOB))
+    if owner is not None:
+        stmt = stmt.where(JobRow.owner == owner)
+    return int(session.scalar(stmt) or 0)
+
+
+def lock_submissions(session: Session) -> None:
+    """Serialise job submissions until the transaction ends, so a count and the insert after
+    it are one step: a transaction-level advisory lock on Postgres; on SQLite every write
+    transaction already holds the database's write lock (``BEGIN IMMEDIATE``)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SUBMIT_LOCK})
+
+
+#: The advisory lock key of job submissions (any constant other code does not use).
+_SUBMIT_LOCK = 0x6B735F6A6F6273  # "ks_jobs"
 
 
 def get_job(session: Session, job_id: int, *, lock: bool = False) -> JobRecord | None:

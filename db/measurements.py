@@ -152,3 +152,27 @@ def of_candidates(session: Session, candidate_ids: list[int]) -> dict[int, Measu
         for row in rows:
             out.setdefault(int(row.candidate_id), MeasurementRecord.of(row))
     return out
+
+
+def held_of_job(session: Session, job_id: int) -> list[MeasurementRecord]:
+    """The job's measurements held for re-measurement (status ``held``), oldest first."""
+    rows = session.scalars(select(MeasurementRow)
+                           .where(MeasurementRow.job_id == job_id,
+                                  MeasurementRow.status == Status.HELD.value)
+                           .order_by(MeasurementRow.id))
+    return [MeasurementRecord.of(r) for r in rows]
+
+
+def settle_held(session: Session, measurement: MeasurementRecord, *, confirmed: bool,
+                error: str | None, extra: dict[str, Any]) -> MeasurementRecord:
+    """Release a held measurement (``confirmed``: status ok, counted as ok in its totals) or
+    keep it held with ``error`` saying why; ``extra`` records the re-measurement."""
+    row = session.get(MeasurementRow, measurement.id)
+    assert row is not None
+    row.status = Status.OK.value if confirmed else Status.HELD.value
+    row.error = error
+    row.extra = {**(row.extra or {}), **extra}
+    session.flush()
+    if confirmed:
+        summaries.released(session, row.problem_id, row.gpu_model)
+    return MeasurementRecord.of(row)

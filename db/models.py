@@ -66,6 +66,9 @@ class WorkerRow(Base):
     device: Mapped[dict[str, Any]]
     registered_at: Mapped[datetime]
     last_seen: Mapped[datetime]
+    #: SHA-256 hex digest of the secret issued at the first registration (NULL: registered
+    #: before secrets existed; the next registration issues one)
+    secret_sha256: Mapped[str | None] = mapped_column(String(64))
 
 
 class CatalogueRow(Base):
@@ -100,7 +103,8 @@ class ProblemRow(Base):
 
 class JobRow(Base):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_created_at", "created_at"),)
+    __table_args__ = (Index("ix_jobs_created_at", "created_at"),
+                      Index("ix_jobs_owner_status", "owner", "status"))
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     problem_id: Mapped[int] = mapped_column(IdType, ForeignKey("problems.id"), index=True)
@@ -122,6 +126,9 @@ class JobRow(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     error: Mapped[str | None] = mapped_column(Text)
+    #: the name of the user token that submitted it (NULL: submitted while the service was
+    #: open, or before owners existed)
+    owner: Mapped[str | None] = mapped_column(String(64))
 
 
 #: A row is a kernel (``backend``) or a task (``task``: calibration, verification), never both.

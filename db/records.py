@@ -52,11 +52,12 @@ class WorkerRecord:
     device: dict[str, Any] = field(hash=False)
     registered_at: datetime
     last_seen: datetime
+    secret_sha256: str | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, row: WorkerRow) -> WorkerRecord:
         return cls(row.id, row.name, row.gpu_model, dict(row.device), row.registered_at,
-                   row.last_seen)
+                   row.last_seen, row.secret_sha256)
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ class JobRecord:
     policy: dict[str, Any] = field(default_factory=dict, hash=False)
     stage: str | None = None
     exhausted_tiers: tuple[str, ...] = ()
+    owner: str | None = None
 
     @property
     def active(self) -> bool:
@@ -126,7 +128,7 @@ class JobRecord:
                    row.max_trials, row.max_seconds, tuple(row.backends), row.target_gpu,
                    row.bound_gpu, bound, row.seed, row.created_at,
                    row.started_at, row.finished_at, row.error, dict(row.policy or {}),
-                   row.stage, tuple(row.exhausted_tiers or ()))
+                   row.stage, tuple(row.exhausted_tiers or ()), row.owner)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, delete, func, insert, select
+from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -38,6 +38,12 @@ def add(session: Session, problem_id: int, gpu_model: str, *, kernel: bool, ok: 
         set_={"trials": _S.c.trials + new.trials, "failed": _S.c.failed + new.failed,
               "gpu_s": _S.c.gpu_s + new.gpu_s,
               "last_at": case((_S.c.last_at < new.last_at, new.last_at), else_=_S.c.last_at)}))
+
+
+def released(session: Session, problem_id: int, gpu_model: str) -> None:
+    """A held kernel measurement (counted as failed) was confirmed: count it as ok."""
+    session.execute(update(_S).where(_S.c.problem_id == problem_id, _S.c.gpu_model == gpu_model,
+                                     _S.c.failed > 0).values(failed=_S.c.failed - 1))
 
 
 def rebuild(session: Session) -> int:

@@ -13,18 +13,27 @@ from db.models import WorkerRow
 from db.records import WorkerRecord
 
 
+def by_name(session: Session, name: str) -> WorkerRecord | None:
+    row = session.scalars(select(WorkerRow).where(WorkerRow.name == name)).first()
+    return WorkerRecord.of(row) if row is not None else None
+
+
 def register(session: Session, name: str, gpu_model: str, device: dict[str, Any],
-             now: datetime) -> WorkerRecord:
-    """Create the worker ``name`` or refresh its device fingerprint (a restarted worker)."""
+             now: datetime, secret_sha256: str | None = None) -> WorkerRecord:
+    """Create the worker ``name`` or refresh its device fingerprint (a restarted worker);
+    ``secret_sha256`` is kept only where the worker has none yet (the caller checks the
+    record's: a concurrent first registration may have set another)."""
     row = session.scalars(select(WorkerRow).where(WorkerRow.name == name)).first()
     if row is None:
         try:
             with session.begin_nested():
                 row = WorkerRow(name=name, gpu_model=gpu_model, device=device,
-                                registered_at=now, last_seen=now)
+                                registered_at=now, last_seen=now, secret_sha256=secret_sha256)
                 session.add(row)
         except IntegrityError:
             row = session.scalars(select(WorkerRow).where(WorkerRow.name == name)).one()
+    if row.secret_sha256 is None:
+        row.secret_sha256 = secret_sha256
     row.gpu_model = gpu_model
     row.device = device
     row.last_seen = now

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVICE = """\
   worker-gpu{i}:
     <<: *worker
+    hostname: ${{KS_HOST:-host}}-gpu{i}
     deploy:
       resources:
         reservations:

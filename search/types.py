@@ -31,6 +31,9 @@ class Status(StrEnum):
     OOM = "oom"
     CRASHED = "crashed"
     UNSUPPORTED = "unsupported"
+    #: set by the service, never reported: faster than the roofline allows, kept out of every
+    #: answer until another worker's re-measurement confirms it
+    HELD = "held"
 
 
 class Task(StrEnum):

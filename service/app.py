@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 from sqlalchemy.exc import DataError
@@ -23,7 +24,8 @@ from sqlalchemy.exc import DataError
 from db.engine import Database
 from db.migrate import upgrade
 from search import kinds
-from service import dashboard
+from service import dashboard, openapi
+from service.auth import ReadAuth, warn_if_open
 from service.errors import ServiceError
 from service.flow import Clock, Flow, utcnow
 from service.limits import BodyLimit
@@ -60,7 +62,8 @@ def create_app(settings: ServiceSettings | None = None, *,
 
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status_code, content={"detail": exc.detail()})
+        return JSONResponse(status_code=exc.status_code, content={"detail": exc.detail()},
+                            headers=exc.headers())
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> Response:
@@ -96,8 +99,14 @@ def create_app(settings: ServiceSettings | None = None, *,
     for module in (jobs, best, problems, calibrations, workers):
         app.include_router(module.router)
     if settings.dashboard:
-        dashboard.install(app)
+        dashboard.install(app, ReadAuth)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
+                           allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
+    openapi.install(app)
+    warn_if_open(settings)
     return app
 
 

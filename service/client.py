@@ -72,7 +72,12 @@ class KernelSearchClient:
                  retries: int = 3, transport: httpx.BaseTransport | None = None, *,
                  http_client: httpx.Client | None = None, backoff_s: float = 0.5,
                  max_backoff_s: float = 30.0, sleep: Callable[[float], None] = time.sleep,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, worker_token: str | None = None,
+                 worker_secret: str | None = None) -> None:
+        """``token``: a user's token (``KS_TOKEN``), sent as the bearer of user calls;
+        ``worker_token`` (``KS_WORKER_TOKEN``) that of worker calls (``token`` when unset);
+        ``worker_secret``: this worker's own secret (``X-Worker-Secret``), which
+        :meth:`register_worker` also takes from the service's first answer."""
         self.base_url = base_url.rstrip("/")
         self.retries = max(0, retries)
         self.backoff_s = backoff_s
@@ -80,6 +85,10 @@ class KernelSearchClient:
         self._sleep = sleep
         self._rng = rng
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        worker_bearer = worker_token or token
+        self._worker_bearer = ({"Authorization": f"Bearer {worker_bearer}"} if worker_bearer
+                               else {})
+        self.worker_secret = worker_secret
         self._own = http_client is None
         self._http = http_client or httpx.Client(timeout=timeout, transport=transport)
 
@@ -95,7 +104,7 @@ class KernelSearchClient:
                            ("seed", seed), ("policy", policy)):
             if value is not None:
                 body[key] = value
-        return self._request("POST", "/v1/jobs", json=body)
+        return self._request("POST", "/v1/jobs", json=body, wait_on_limits=False)
 
     def get_job(self, job_id: int) -> dict[str, Any]:
         return self._request("GET", f"/v1/jobs/{int(job_id)}")
@@ -129,7 +138,8 @@ class KernelSearchClient:
     def reopen(self, problem_id: int, **body: Any) -> dict[str, Any]:
         """Decide again: a new job for the problem (``budget=``, ``policy=``, ``gpu=`` ...)."""
         return self._request("POST", f"/v1/problems/{int(problem_id)}/reopen",
-                             json={k: v for k, v in body.items() if v is not None})
+                             json={k: v for k, v in body.items() if v is not None},
+                             wait_on_limits=False)
 
     # -- results --------------------------------------------------------------------------------
     def best(self, **query: Any) -> dict[str, Any] | None:
@@ -162,20 +172,31 @@ class KernelSearchClient:
         body: dict[str, Any] = {"name": name, "device": device}
         if catalogues:
             body["catalogues"] = catalogues
-        return self._request("POST", "/v1/workers/register", json=body)
+        reply = self._request("POST", "/v1/workers/register", json=body,
+                              headers=self._worker_headers())
+        if reply.get("worker_secret"):
+            self.worker_secret = str(reply["worker_secret"])
+        return reply  # type: ignore[no-any-return]
 
     def lease(self, worker_id: int, max_candidates: int) -> dict[str, Any]:
         return self._request("POST", f"/v1/workers/{int(worker_id)}/lease",
-                             json={"max_candidates": max_candidates})
+                             json={"max_candidates": max_candidates},
+                             headers=self._worker_headers())
 
     def renew(self, worker_id: int, lease_id: str) -> dict[str, Any]:
         lease = quote(str(lease_id), safe="")
-        return self._request("POST", f"/v1/workers/{int(worker_id)}/leases/{lease}/renew")
+        return self._request("POST", f"/v1/workers/{int(worker_id)}/leases/{lease}/renew",
+                             headers=self._worker_headers())
 
     def report(self, worker_id: int, lease_id: str, results: list[dict[str, Any]]
                ) -> dict[str, Any]:
         return self._request("POST", f"/v1/workers/{int(worker_id)}/report",
-                             json={"lease_id": lease_id, "results": results})
+                             json={"lease_id": lease_id, "results": results},
+                             headers=self._worker_headers())
+
+    def _worker_headers(self) -> dict[str, str]:
+        secret = {"X-Worker-Secret": self.worker_secret} if self.worker_secret else {}
+        return {**self._worker_bearer, **secret}
 
     # -- plumbing -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -189,13 +210,17 @@ class KernelSearchClient:
         self.close()
 
     def _request(self, method: str, path: str, *, json: Any = None,
-                 params: dict[str, Any] | None = None) -> Any:
+                 params: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None, wait_on_limits: bool = True) -> Any:
+        """Send one call, retrying what may pass later; ``wait_on_limits=False``: a 429 (a
+        full queue: minutes away) is raised at once, so a person hears of it now."""
         url = self.base_url + path
         attempt = 0
         while True:
             try:
                 response = self._http.request(method, url, json=json, params=params,
-                                              headers=self._headers)
+                                              headers=self._headers if headers is None
+                                              else headers)
             except httpx.TransportError as exc:  # connection refused/reset, timeouts
                 if attempt >= self.retries:
                     raise KernelSearchConnectionError(
@@ -206,7 +231,7 @@ class KernelSearchClient:
             status = response.status_code
             if status < 400:
                 return response.json()
-            if (status >= 500 or status == 429) and attempt < self.retries:
+            if (status >= 500 or (status == 429 and wait_on_limits)) and attempt < self.retries:
                 self._sleep(self._delay(attempt, response.headers.get("Retry-After")))
                 attempt += 1
                 continue

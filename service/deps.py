@@ -1,16 +1,15 @@
-"""FastAPI dependencies: ``SessionDep``, ``FlowDep``, ``WorkerAuth``, pagination."""
+"""FastAPI dependencies: ``SessionDep``, ``FlowDep``, ``SettingsDep``, pagination (who may call
+what: ``service.auth``)."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Header, Query, Request
+from fastapi import Depends, Query, Request
 from sqlalchemy.orm import Session
 
-from service.errors import Unauthorized
 from service.flow import Flow
 from service.settings import ServiceSettings
 
@@ -34,22 +33,6 @@ SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[ServiceSettings, Depends(get_settings_dep)]
 #: An optional ``?gpu=`` filter: a GPU model name (no control characters).
 GpuQ = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
-
-
-def require_worker_token(settings: SettingsDep,
-                         authorization: Annotated[str | None, Header()] = None) -> None:
-    """When ``worker_token`` is set, worker endpoints need ``Authorization: Bearer <token>``."""
-    expected = settings.worker_token
-    if not expected:
-        return
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(token.encode(),
-                                                                 expected.encode()):
-        raise Unauthorized("worker endpoints need 'Authorization: Bearer <token>' "
-                           "(KS_WORKER_TOKEN)")
-
-
-WorkerAuth = Depends(require_worker_token)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,9 @@ class ServiceError(Exception):
     def detail(self) -> Any:
         return self.message
 
+    def headers(self) -> dict[str, str] | None:
+        return None
+
 
 class NotFound(ServiceError):
     status_code = 404
@@ -35,7 +38,31 @@ class Gone(ServiceError):
 
 
 class Unauthorized(ServiceError):
+    """No credentials, or ones the service does not know: 401 with ``WWW-Authenticate``."""
+
     status_code = 401
+
+    def headers(self) -> dict[str, str] | None:
+        return {"WWW-Authenticate": "Bearer"}
+
+
+class Forbidden(ServiceError):
+    """Known credentials that do not allow this (another owner's job, another worker's id)."""
+
+    status_code = 403
+
+
+class TooMany(ServiceError):
+    """A limit is reached: 429 with ``Retry-After``."""
+
+    status_code = 429
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str] | None:
+        return {"Retry-After": str(self.retry_after_s)}
 
 
 class InvalidInput(ServiceError):

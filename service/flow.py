@@ -8,10 +8,12 @@ one process never over-fill a job's window.
 
 from __future__ import annotations
 
+import hmac
 import logging
+import secrets
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,14 +35,18 @@ from db.records import (
 from search import kinds
 from search.decision import Policy
 from search.types import Candidate, Device, Measurement, Problem, ProblemError, Status, Task
+from service import plausibility
 from service.agent_loop import AgentLoop, record_calibration, time_up
-from service.errors import Conflict, Gone, InvalidInput, NotFound
+from service.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
 from service.settings import ServiceSettings
+from service.tokens import digest
 from service.tuning import TunerPool
 
 log = logging.getLogger("kernelsearch.flow")
 
 Clock = Callable[[], datetime]
+#: The Retry-After of a submission refused for a full queue: jobs take minutes.
+QUEUE_RETRY_AFTER_S = 60
 
 
 def utcnow() -> datetime:
@@ -61,6 +67,8 @@ class JobState:
     decision: DecisionRecord | None = None
     #: why a queued job has not started (no worker of its GPU model, or none seen lately)
     waiting: str | None = None
+    #: its results held as faster than the roofline allows (``service.plausibility``)
+    held: tuple[MeasurementRecord, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,10 @@ class Flow:
     # -- jobs -----------------------------------------------------------------------------------
     def submit_job(self, problem: Problem, *, max_trials: int | None,
                    max_seconds: float | None, backends: Sequence[str], gpu: str | None,
-                   seed: int | None, policy: Policy | None = None) -> JobState:
+                   seed: int | None, policy: Policy | None = None,
+                   owner: str | None = None) -> JobState:
+        """Store a job for ``problem``; ``owner`` (the user token's name) counts against
+        ``max_queued_jobs_per_owner``, every job against ``max_queued_jobs`` (429 past them)."""
         kind = kinds.get(problem.kind)
         unknown = sorted(set(backends) - set(kind.backends))
         if unknown:
@@ -118,12 +129,25 @@ class Flow:
                 f"{self.settings.max_problem_bytes}"))
         now = self.clock()
         with self.db.session() as s:
+            jobs.lock_submissions(s)
+            self._check_queue(s, owner)
             record = jobs.get_or_create_problem(s, problem, now)
             job = jobs.create_job(s, record, max_trials=max_trials, max_seconds=max_seconds,
                                   backends=list(dict.fromkeys(backends)), target_gpu=gpu,
                                   seed=seed or 0, now=now,
-                                  policy=(policy or Policy()).to_dict())
+                                  policy=(policy or Policy()).to_dict(), owner=owner)
         return self.job_state(job.id)
+
+    def _check_queue(self, s: Session, owner: str | None) -> None:
+        limit, retry = self.settings.max_queued_jobs, QUEUE_RETRY_AFTER_S
+        if jobs.count_active(s) >= limit:
+            raise TooMany(f"{limit} jobs are queued or running, the limit (max_queued_jobs); "
+                          "submit again when some have finished", retry)
+        mine = self.settings.max_queued_jobs_per_owner
+        if owner is not None and jobs.count_active(s, owner) >= mine:
+            raise TooMany(f"{owner} has {mine} jobs queued or running, the limit per owner "
+                          "(max_queued_jobs_per_owner); submit again when some have "
+                          "finished", retry)
 
     def job_state(self, job_id: int) -> JobState:
         now = self.clock()
@@ -156,17 +180,29 @@ class Flow:
 
     # -- workers --------------------------------------------------------------------------------
     def register_worker(self, name: str, device: Device,
-                        declared: Mapping[str, dict[str, Any]] | None = None) -> WorkerRecord:
+                        declared: Mapping[str, dict[str, Any]] | None = None,
+                        secret: str | None = None) -> tuple[WorkerRecord, str | None]:
         """Register (or re-register) a worker; each catalogue it declares (by
         ``"<kind>/<backend>"``, validated by ``RegisterIn``) becomes its GPU model's
-        (``search.kinds.gemm.library`` reads the CUTLASS one)."""
+        (``search.kinds.gemm.library`` reads the CUTLASS one). A name registered with a secret
+        is re-registered only with it (403 otherwise); the first registration returns the
+        secret it issued (only its digest is stored), later ones None."""
         now = self.clock()
         with self.db.session() as s:
-            worker = workers.register(s, name, device.gpu_model, device.to_dict(), now)
+            known = workers.by_name(s, name)
+            issued = None
+            if known is None or known.secret_sha256 is None:
+                issued = secrets.token_urlsafe(32)
+            elif not _same_secret(secret, known.secret_sha256):
+                raise _taken(name)
+            worker = workers.register(s, name, device.gpu_model, device.to_dict(), now,
+                                      digest(issued) if issued else None)
+            if issued is not None and worker.secret_sha256 != digest(issued):
+                raise _taken(name)  # a concurrent first registration of the name won
             for key, body in (declared or {}).items():
                 catalogues.declare(s, device.gpu_model, key, catalogues.digest_of(body), body,
                                    worker.id, now)
-            return worker
+            return worker, issued
 
     def lease(self, worker_id: int, max_candidates: int) -> LeaseGrant:
         worker = self._worker(worker_id)
@@ -233,7 +269,8 @@ class Flow:
         touched: set[int] = set()
         for candidate_id, measurement in results:
             with self.db.session() as s:
-                got = _store(s, worker, lease_id, candidate_id, measurement, self.clock())
+                got = _store(s, worker, lease_id, candidate_id, measurement, self.clock(),
+                             self.settings.implausible_below)
             if got.cand is None or got.job is None or got.refused is not None:
                 rejected.append((candidate_id, got.refused or "unknown candidate"))
                 if got.stored is not None and got.cand is not None and got.job is not None:
@@ -278,6 +315,10 @@ class Flow:
                 self.agent.advance(job_id)
 
     # -- internals ------------------------------------------------------------------------------
+    def job(self, job_id: int) -> JobRecord:
+        """The job, or a 404."""
+        return self._job(job_id)
+
     def _job(self, job_id: int) -> JobRecord:
         with self.db.read_session() as s:
             job = jobs.get_job(s, job_id)
@@ -305,7 +346,7 @@ class Flow:
             measurements.job_best(s, job_id, kind.library_backends))
         return JobState(job, cands.job_counts(s, job_id, kind.library_tier), best, library,
                         measurements.job_best(s, job_id, kind.custom_backends), now, decision,
-                        self._waiting(s, job, now))
+                        self._waiting(s, job, now), tuple(measurements.held_of_job(s, job_id)))
 
     def waiting(self, jobs: Sequence[JobRecord]) -> dict[int, str | None]:
         """Why each of ``jobs`` waits (``JobState.waiting``: None unless it is queued)."""
@@ -347,6 +388,17 @@ class Flow:
         return bound
 
 
+def _same_secret(secret: str | None, sha256: str) -> bool:
+    return bool(secret) and hmac.compare_digest(digest(secret or "").encode(), sha256.encode())
+
+
+def _taken(name: str) -> Forbidden:
+    return Forbidden(f"worker name {name!r} is registered with a secret: re-registering it "
+                     "needs its X-Worker-Secret (returned by its first registration and kept "
+                     "in the worker's state directory, KS_STATE_DIR); choose another name "
+                     "(KS_WORKER_NAME) for a new worker")
+
+
 @dataclass(frozen=True)
 class _Stored:
     """What became of one reported result: stored (``refused`` None), or refused and why;
@@ -361,8 +413,9 @@ class _Stored:
 
 
 def _store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
-           measurement: Measurement, now: datetime) -> _Stored:
-    """Store one result under the candidate's row lock, unless it is refused."""
+           measurement: Measurement, now: datetime, implausible_below: float) -> _Stored:
+    """Store one result under the candidate's row lock, unless it is refused; a kernel faster
+    than the roofline allows is stored held (``service.plausibility``)."""
     cand = cands.get_candidate(s, candidate_id, lock=True)
     job = jobs.get_job(s, cand.job_id) if cand is not None else None
     if cand is None or job is None:
@@ -374,24 +427,56 @@ def _store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
     if reason not in (None, _DUPLICATE):
         return _Stored(cand, job, reason)
     stored = measurements.of_candidates(s, [candidate_id]).get(candidate_id)
-    if stored is not None:
-        return _Stored(cand, job, _DUPLICATE.format(id=candidate_id), stored)
     precision = None
     if cand.backend is not None:
         # a lowered kernel's error against the job's bound (Policy.judge)
         precision = kinds.get(job.problem.kind).precision_of(job.problem, cand.backend,
                                                              cand.config)
         measurement = Policy.from_dict(job.policy).judge(measurement, precision)
+    if (stored is not None and stored.status == Status.HELD and reason is None
+            and stored.worker_id != worker.id):
+        return _recheck(s, cand, job, worker, stored, measurement, now)
+    if stored is not None:
+        return _Stored(cand, job, _DUPLICATE.format(id=candidate_id), stored)
+    held = None
+    if cand.backend is not None:
+        held = plausibility.why_held(s, job, worker.gpu_model, measurement, precision,
+                                     implausible_below)
+        if held is not None:
+            log.warning("candidate %s of job %s from worker %s %s", cand.id, job.id,
+                        worker.id, held)
+            measurement = replace(measurement, status=Status.HELD, error=held)
     measurements.add_measurement(s, cand, worker.gpu_model, measurement, worker.id, now,
                                  precision)
     if cand.task == Task.CALIBRATE.value and measurement.ok:
         record_calibration(s, cand, measurement, worker.gpu_model, worker.id, now)
-    if cand.status == CandidateStatus.LEASED:
+    if held is not None and cand.status == CandidateStatus.LEASED:
+        cands.requeue_for_recheck(s, cand.id)
+    elif cand.status == CandidateStatus.LEASED:
         failure = None if measurement.ok else _failure(measurement)
         cands.finish_candidate(s, cand.id, CandidateStatus.DONE if measurement.ok
                                else CandidateStatus.FAILED, failure)
     workers.touch(s, worker.id, now)
     return _Stored(cand, job, None, measurement=measurement)
+
+
+def _recheck(s: Session, cand: CandidateRecord, job: JobRecord, worker: WorkerRecord,
+             held: MeasurementRecord, again: Measurement, now: datetime) -> _Stored:
+    """Another worker's re-measurement of a held result: within tolerance it releases the held
+    result (status ok), otherwise the result stays held with the reason; the candidate is
+    done either way, and the re-measurement is kept in the held result's ``extra``."""
+    confirmed = plausibility.agrees(held, again)
+    settled = measurements.settle_held(
+        s, held, confirmed=confirmed,
+        error=None if confirmed else plausibility.verdict(held, again, worker.id),
+        extra={"recheck": {"worker_id": worker.id, "median_us": again.median_us,
+                           "status": str(again.status)}})
+    log.warning("held result of candidate %s (job %s) %s by worker %s", cand.id, job.id,
+                "confirmed" if confirmed else "not confirmed", worker.id)
+    cands.finish_candidate(s, cand.id, CandidateStatus.DONE if confirmed
+                           else CandidateStatus.FAILED, None if confirmed else settled.error)
+    workers.touch(s, worker.id, now)
+    return _Stored(cand, job, None, measurement=settled.to_measurement())
 
 
 #: The rejection of a report already stored (``{id}``: the candidate).

@@ -12,6 +12,7 @@ call it, the decision-loop benchmark runs many jobs on one cluster.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from service.client import KernelSearchClient
 from service.embedded import EmbeddedServer
 from service.settings import ServiceSettings
 from workers.device import catalogues, detect_device
+from workers.identity import SecretFile
 from workers.isolation import IsolatedRunner
 from workers.loop import WorkerLoop
 from workers.plugins import import_plugins
@@ -60,13 +62,17 @@ class LocalCluster:
         self._server.__enter__()
         runner: IsolatedRunner | None = None
         try:
-            self.client = KernelSearchClient(self._server.url, token=self.settings.worker_token)
+            self.client = KernelSearchClient(self._server.url, token=get_worker_settings().token,
+                                             worker_token=self.settings.worker_token)
             runner = IsolatedRunner(interpret=self.device.mode != "cuda",
                                     timeout_s=self.candidate_timeout_s, plugins=self.plugins)
             runner.__enter__()
             self._runner = runner
-            loop = WorkerLoop(self.client, runner, self.device, batch=self.batch, poll_s=0.2,
-                              catalogues=catalogues(self.device))
+            name = socket.gethostname()
+            loop = WorkerLoop(self.client, runner, self.device, name=name, batch=self.batch,
+                              poll_s=0.2, catalogues=catalogues(self.device),
+                              secret_file=SecretFile(get_worker_settings().state_dir,
+                                                     self.settings.database_url, name))
             loop.register()
         except BaseException:
             if runner is not None:  # its benchmark child is running: stop it too

@@ -67,8 +67,10 @@ Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nu
 Dim = Annotated[int, Field(strict=True, le=MAX_DIM)]
 Id = Annotated[int, Field(strict=True, ge=1, le=MAX_ID)]
 #: A measured quantity: non-negative; NaN or infinity (a broken kernel) arrives as null.
-Measure = Annotated[Annotated[float, Field(ge=0)] | None, BeforeValidator(_finite_or_none)]
-Duration = Annotated[Annotated[float, Field(gt=0)] | None, BeforeValidator(_finite_or_none)]
+Measure = Annotated[Annotated[float, Field(ge=0, strict=True)] | None,
+                    BeforeValidator(_finite_or_none)]
+Duration = Annotated[Annotated[float, Field(gt=0, strict=True)] | None,
+                     BeforeValidator(_finite_or_none)]
 
 
 def _known_backend(value: str) -> str:
@@ -98,7 +100,8 @@ ProblemIn = Annotated[
 
 class BudgetIn(_In):
     max_trials: Annotated[int, Field(strict=True, ge=1, le=10_000)] | None = None
-    max_seconds: Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)] | None = None
+    max_seconds: Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False,
+                                        strict=True)] | None = None
 
     @model_validator(mode="after")
     def _not_empty(self) -> BudgetIn:
@@ -113,11 +116,11 @@ def _policy_field(f: dataclasses.Field[Any], hint: Any) -> tuple[Any, Any]:
     b = bounds_of(f)
     rng = {"ge": b.ge, "gt": b.gt, "le": b.le, "lt": b.lt}
     if hint is bool:
-        tp: Any = bool
+        tp: Any = Annotated[bool, Field(strict=True)]
     elif hint is int:
         tp = Annotated[int, Field(strict=True, **rng)]
     elif hint is float:
-        tp = Annotated[float, Field(allow_inf_nan=False, **rng)]
+        tp = Annotated[float, Field(allow_inf_nan=False, strict=True, **rng)]
     elif f.name == "allow":
         tp = dict[Precision, AllowanceIn]
         return tp, Field(default_factory=dict, description=b.doc)
@@ -231,6 +234,22 @@ class JobOut(BaseModel):
     waiting: str | None = Field(None, description="why a queued job has not started: no "
                                                   "worker of its GPU model registered, or "
                                                   "none seen within a lease")
+    held: list[HeldOut] = Field([], description="results held as faster than the roofline "
+                                                "allows, each with why and what its "
+                                                "re-measurement said")
+    owner: str | None = Field(None, description="the name of the user token that submitted "
+                                                "it (null: submitted while the service was "
+                                                "open)")
+
+
+class HeldOut(BaseModel):
+    """A result held for re-measurement (``service.plausibility``)."""
+
+    candidate_id: int | None
+    backend: str | None
+    median_us: float | None
+    worker_id: int | None
+    reason: str | None = Field(description="why it is held, or why it stays refused")
 
 
 class DecisionOut(BaseModel):
@@ -402,10 +421,10 @@ class DeviceIn(BaseModel):
 
     gpu_model: Name
     mode: Literal["cuda", "interpreter"]
-    sm_count: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    sm_count: Annotated[int, Field(strict=True, ge=0, le=1_000_000)] = 0
     cc: Annotated[Text, Field(max_length=32)] = ""
-    smem_per_block: Annotated[int, Field(ge=0, le=2**40)] = 0
-    memory_bytes: Annotated[int, Field(ge=0, le=2**60)] = 0
+    smem_per_block: Annotated[int, Field(strict=True, ge=0, le=2**40)] = 0
+    memory_bytes: Annotated[int, Field(strict=True, ge=0, le=2**60)] = 0
     driver: Annotated[Text, Field(max_length=100)] = ""
     cuda: Annotated[Text, Field(max_length=100)] = ""
     torch: Annotated[Text, Field(max_length=100)] = ""
@@ -447,6 +466,9 @@ class RegisterIn(_In):
 class RegisterOut(BaseModel):
     worker_id: int
     gpu_model: str
+    worker_secret: str | None = Field(
+        None, description="issued by a name's first registration only (kept as a digest): "
+                          "send it as X-Worker-Secret on every later call under worker_id")
 
 
 class LeaseIn(_In):
@@ -474,7 +496,7 @@ class MeasurementIn(BaseModel):
     median_us: Duration = None
     p20_us: Measure = None
     p80_us: Measure = None
-    reps: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    reps: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] = 0
     rel_error: Measure = None
     compile_s: Measure = None
     bench_s: Measure = None
@@ -487,6 +509,8 @@ class MeasurementIn(BaseModel):
     def _ok_has_time(self) -> MeasurementIn:
         if self.status == Status.OK and self.median_us is None:
             raise ValueError("a measurement with status ok needs median_us")
+        if self.status == Status.HELD:
+            raise ValueError("status held is the service's own: report what the run gave")
         return self
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Annotated, Any
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from service.tokens import UserToken, parse_tokens
 
 
 class ServiceSettings(BaseSettings):
@@ -28,6 +31,23 @@ class ServiceSettings(BaseSettings):
         " ops at default knobs); 0: none")
     worker_token: str | None = Field(
         None, description="if set, worker endpoints require 'Authorization: Bearer <token>'")
+    api_tokens: Annotated[tuple[UserToken, ...], NoDecode] = Field(
+        (), description="users' tokens, comma-separated 'name:token' or 'name:token:admin' "
+        "entries (service.tokens); when any is set every write needs 'Authorization: Bearer "
+        "<token>', and the job records its owner. Kept as SHA-256 digests only")
+    public_reads: bool = Field(
+        True, description="reads (GET /v1/..., the dashboard) need no token; false: they need "
+        "a user token too (when tokens are configured)")
+    cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="origins allowed to call the API from a browser, comma-separated "
+        "(default none: CORS closed)")
+    max_queued_jobs: int = Field(1000, ge=1, description="queued or running jobs in all; "
+                                 "more is a 429")
+    max_queued_jobs_per_owner: int = Field(100, ge=1, description="queued or running jobs of "
+                                           "one token (one owner); more is a 429")
+    implausible_below: float = Field(
+        0.5, ge=0, le=1, description="a kernel measured faster than this share of its "
+        "roofline time is held until another worker confirms it (0: never held)")
     max_problem_bytes: int = Field(64 << 30, ge=1, description="operand bytes a job may need")
     max_body_bytes: int = Field(
         8 << 20, ge=1024, description="largest request body (a worker's CUTLASS catalogue is "
@@ -39,6 +59,21 @@ class ServiceSettings(BaseSettings):
     plugins: str = Field(
         "", description="comma-separated modules imported at start that register problem kinds "
         "(search.kinds.register) and their kernels, e.g. 'mypkg.kinds.scan'")
+
+    @field_validator("api_tokens", mode="before")
+    @classmethod
+    def _tokens(cls, value: Any) -> Any:
+        if isinstance(value, str) or (isinstance(value, list | tuple)
+                                      and all(isinstance(v, str) for v in value)):
+            return parse_tokens(value)
+        return value
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(o.strip() for o in value.split(",") if o.strip())
+        return value
 
     @property
     def plugin_modules(self) -> tuple[str, ...]:

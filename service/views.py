@@ -11,6 +11,7 @@ from service.schemas import (
     BudgetOut,
     CalibrationOut,
     DecisionOut,
+    HeldOut,
     JobOut,
     LibraryOut,
     MeasurementOut,
@@ -51,7 +52,9 @@ def job_out(state: JobState) -> JobOut:
         best=best, library_best=library, custom_best=measurement_out(state.custom_best, problem),
         speedup=speedup, error=job.error, policy=job.policy, stage=job.stage,
         decision=decision_out(state.decision) if state.decision else None,
-        waiting=state.waiting)
+        waiting=state.waiting, owner=job.owner,
+        held=[HeldOut(candidate_id=m.candidate_id, backend=m.backend, median_us=m.median_us,
+                      worker_id=m.worker_id, reason=m.error) for m in state.held])
 
 
 def decision_out(d: DecisionRecord) -> DecisionOut:

@@ -8,13 +8,17 @@ skipped (with the reason) when the server does not answer.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -35,6 +39,8 @@ HAS_CUDA = torch is not None and torch.cuda.is_available()
 if not HAS_CUDA:
     # Must be set before triton is first imported, hence at conftest import.
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# Workers started by tests (threads and processes) keep their secrets here, not in ~/.cache.
+os.environ.setdefault("KS_STATE_DIR", tempfile.mkdtemp(prefix="ks-test-state-"))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -258,10 +264,53 @@ def app(make_app: Callable[..., FastAPI], settings: ServiceSettings) -> FastAPI:
     return make_app(settings)
 
 
+def _keeps_worker_secrets(http: TestClient, by_id: dict[str, str], by_name: dict[str, str]
+                          ) -> TestClient:
+    pattern = re.compile(r"^/v1/workers/(\d+)/")
+
+    def attach(request: httpx.Request) -> None:
+        if "x-worker-secret" in request.headers:
+            return
+        found = pattern.match(request.url.path)
+        secret = by_id.get(found.group(1)) if found else None
+        if request.url.path == "/v1/workers/register":
+            try:
+                secret = by_name.get(json.loads(request.content or b"{}").get("name"))
+            except (ValueError, AttributeError):
+                secret = None
+        if secret:
+            request.headers["X-Worker-Secret"] = secret
+
+    def keep(response: httpx.Response) -> None:
+        if response.request.url.path != "/v1/workers/register" or response.status_code != 200:
+            return
+        response.read()
+        body = response.json()
+        if body.get("worker_secret"):
+            by_id[str(body["worker_id"])] = body["worker_secret"]
+            name = json.loads(response.request.content).get("name")
+            by_name[name] = body["worker_secret"]
+
+    http.event_hooks = {"request": [attach], "response": [keep]}
+    return http
+
+
 @pytest.fixture
-def client(app: FastAPI) -> Iterator[TestClient]:
+def secret_keeper() -> Callable[[TestClient], TestClient]:
+    """Makes a test client act like the worker hosts that keep their secrets: the secret a
+    registration returns is sent as ``X-Worker-Secret`` on later calls under that worker id
+    (and on a re-registration of the name), unless a request sets the header itself. Every
+    client of one test shares what was kept (a restarted API, threads)."""
+    by_id: dict[str, str] = {}
+    by_name: dict[str, str] = {}
+    return lambda http: _keeps_worker_secrets(http, by_id, by_name)
+
+
+@pytest.fixture
+def client(app: FastAPI, secret_keeper: Callable[[TestClient], TestClient]
+           ) -> Iterator[TestClient]:
     with TestClient(app) as test_client:
-        yield test_client
+        yield secret_keeper(test_client)
 
 
 @pytest.fixture

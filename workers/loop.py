@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from search.types import Candidate, Device, Measurement
 from service.client import KernelSearchClient, KernelSearchError, backoff, retryable
+from workers.identity import SecretFile
 
 log = logging.getLogger("kernelsearch.worker")
 
@@ -48,7 +49,8 @@ class WorkerLoop:
                  name: str | None = None, batch: int = 8, poll_s: float = 1.0,
                  on_result: Callable[[Candidate, Measurement], None] | None = None,
                  catalogues: dict[str, dict[str, Any]] | None = None,
-                 max_backoff_s: float = 30.0, rng: random.Random | None = None) -> None:
+                 max_backoff_s: float = 30.0, rng: random.Random | None = None,
+                 secret_file: SecretFile | None = None) -> None:
         self.client = client
         #: declared at registration, by ``"<kind>/<backend>"`` (``workers.device.catalogues``)
         self.catalogues = dict(catalogues or {})
@@ -63,10 +65,18 @@ class WorkerLoop:
         self.stats = WorkerStats()
         self.worker_id: int | None = None
         self._unsent: list[tuple[str, dict[str, Any]]] = []
+        #: where this worker's secret survives a restart (None: kept in memory only)
+        self.secret_file = secret_file
 
     def register(self) -> int:
+        """Register (again) with the secret kept from the first registration; a secret the
+        service issues is kept for the next start."""
+        if self.client.worker_secret is None and self.secret_file is not None:
+            self.client.worker_secret = self.secret_file.load()
         reply = self.client.register_worker(self.name, self.device.to_dict(),
                                             self.catalogues or None)
+        if reply.get("worker_secret") and self.secret_file is not None:
+            self.secret_file.save(str(reply["worker_secret"]))
         self.worker_id = int(reply["worker_id"])
         log.info("registered as worker %s for %s", self.worker_id, reply.get("gpu_model"))
         return self.worker_id

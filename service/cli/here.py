@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -134,6 +135,7 @@ def worker_cmd(
     """Run a worker that leases candidates from the service over HTTP."""
     from service.client import KernelSearchClient
     from workers.device import catalogues, detect_device
+    from workers.identity import SecretFile
     from workers.isolation import IsolatedRunner
     from workers.loop import WorkerLoop
     from workers.plugins import import_plugins
@@ -143,7 +145,7 @@ def worker_cmd(
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per poll says nothing
     s = WorkerSettings()
     url = url or s.url
-    client = KernelSearchClient(url, token=token or s.worker_token,
+    client = KernelSearchClient(url, worker_token=token or s.worker_token,
                                 max_backoff_s=s.max_backoff_s)
     if wait_for_service:
         _wait_for(url)
@@ -154,7 +156,9 @@ def worker_cmd(
                         plugins=plugins) as runner:
         loop = WorkerLoop(client, runner, device, name=s.worker_name,
                           batch=batch or s.batch, poll_s=s.poll_s,
-                          catalogues=catalogues(device), max_backoff_s=s.max_backoff_s)
+                          catalogues=catalogues(device), max_backoff_s=s.max_backoff_s,
+                          secret_file=SecretFile(s.state_dir, url,
+                                                 s.worker_name or socket.gethostname()))
         stop = threading.Event()
         if exit_with_parent:
             # uvicorn re-raises the signal that stopped it, so `serve` may die without running

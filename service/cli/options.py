@@ -80,6 +80,9 @@ Gpu = Annotated[str | None, typer.Option(
     rich_help_panel=JOB_PANEL, help="GPU model (as workers report it; default: any)")]
 Url = Annotated[str | None, typer.Option(
     rich_help_panel=OUT_PANEL, help="service URL (default: KS_URL, http://127.0.0.1:8000)")]
+Token = Annotated[str | None, typer.Option(
+    rich_help_panel=OUT_PANEL, help="your user token, one of the service's KS_API_TOKENS "
+    "(default: KS_TOKEN); needed to submit and cancel where the service has tokens")]
 JsonOut = Annotated[bool, typer.Option(
     "--json", rich_help_panel=OUT_PANEL, help="print JSON (for machines) instead of tables")]
 

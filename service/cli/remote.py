@@ -23,11 +23,13 @@ Wait = Annotated[bool, typer.Option(
     rich_help_panel=o.OUT_PANEL, help="follow the job with a progress bar until it ends")]
 
 
-def client(url: str | None) -> KernelSearchClient:
+def client(url: str | None, token: str | None = None) -> KernelSearchClient:
+    """A client of the service at ``url`` (default KS_URL) sending the user ``token`` (default
+    KS_TOKEN)."""
     from workers.settings import WorkerSettings
 
     s = WorkerSettings()
-    return KernelSearchClient(url or s.url, token=s.worker_token)
+    return KernelSearchClient(url or s.url, token=token or s.token)
 
 
 def speaks(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -82,6 +84,7 @@ def submit(
     trials: o.Trials = None, seconds: o.Seconds = None, backends: o.Backends = None,
     mode: o.ModeOpt = "agent", threshold: o.Threshold = None, allow_tf32: o.AllowTf32 = False,
     policy: o.PolicyItems = None, allow: o.Allow = None, gpu: o.Gpu = None, url: o.Url = None,
+    token: o.Token = None,
     json_out: o.JsonOut = False, wait: Wait = False,
 ) -> None:
     """Submit a tuning job to a running service.
@@ -99,7 +102,7 @@ def submit(
         raise args.error(exc) from None
     job_policy = o.policy_of(mode, threshold, allow_tf32, policy, allow)
     o.check_policy(args, problem, job_policy, chosen)
-    c = client(url)
+    c = client(url, token)
     started = time.monotonic()
     job = c.submit_job(problem.to_dict(), budget=o.budget_of(trials, seconds), backends=chosen,
                        gpu=gpu, policy=job_policy or None)
@@ -114,10 +117,11 @@ def submit(
 
 
 @speaks
-def status(job_id: JobId, url: o.Url = None, json_out: o.JsonOut = False,
+def status(job_id: JobId, url: o.Url = None, token: o.Token = None,
+           json_out: o.JsonOut = False,
            wait: Wait = False) -> None:
     """A job's state, progress, measurements and decision."""
-    c = client(url)
+    c = client(url, token)
     started = time.monotonic()
     job = c.get_job(job_id)
     if wait and job["status"] not in FINISHED:
@@ -131,6 +135,7 @@ def status(job_id: JobId, url: o.Url = None, json_out: o.JsonOut = False,
 @with_problem
 @speaks
 def best(args: ProblemArgs, gpu: o.Gpu = None, url: o.Url = None,
+    token: o.Token = None,
          json_out: o.JsonOut = False,
          exact: Annotated[bool, typer.Option(
              "--exact", rich_help_panel=o.OUT_PANEL,
@@ -150,7 +155,7 @@ def best(args: ProblemArgs, gpu: o.Gpu = None, url: o.Url = None,
     except ProblemError as exc:
         raise args.error(exc) from None
     query = {"kind": args.kind.name, **problem.to_dict()}
-    found = client(url).best(**query, gpu=gpu, exact="true" if exact else None)
+    found = client(url, token).best(**query, gpu=gpu, exact="true" if exact else None)
     if found is None:
         where = f" on {gpu}" if gpu else ""
         what = " in its input precision" if exact else ""
@@ -166,9 +171,9 @@ def best(args: ProblemArgs, gpu: o.Gpu = None, url: o.Url = None,
 @speaks
 def jobs(limit: Annotated[int, typer.Option(min=1, max=500, help="how many, newest first")] = 20,
          offset: Annotated[int, typer.Option(min=0, help="skip this many")] = 0,
-         url: o.Url = None, json_out: o.JsonOut = False) -> None:
+         url: o.Url = None, token: o.Token = None, json_out: o.JsonOut = False) -> None:
     """The service's jobs, newest first."""
-    page = client(url).list_jobs(limit=limit, offset=offset)
+    page = client(url, token).list_jobs(limit=limit, offset=offset)
     if json_out:
         o.dump(page)
     else:
@@ -176,9 +181,10 @@ def jobs(limit: Annotated[int, typer.Option(min=1, max=500, help="how many, newe
 
 
 @speaks
-def cancel(job_id: JobId, url: o.Url = None, json_out: o.JsonOut = False) -> None:
+def cancel(job_id: JobId, url: o.Url = None, token: o.Token = None,
+           json_out: o.JsonOut = False) -> None:
     """Cancel a queued or running job (what it measured stays)."""
-    job = client(url).cancel_job(job_id)
+    job = client(url, token).cancel_job(job_id)
     if json_out:
         o.dump(job)
     else:

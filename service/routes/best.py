@@ -8,13 +8,15 @@ from fastapi import APIRouter, Query, Request
 
 from search import kinds
 from search.types import ProblemError
+from service.auth import ReadAuth
 from service.deps import FlowDep, GpuQ
 from service.errors import InvalidInput
 from service.queries import find_best
+from service.responses import READ, ErrorOut, answers
 from service.schemas import BestOut
 from service.views import best_out
 
-router = APIRouter(prefix="/v1", tags=["best"])
+router = APIRouter(prefix="/v1", tags=["best"], dependencies=[ReadAuth])
 KindQ = Annotated[str, Query(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_]+$",
                              description="the problem's kind; its fields follow as parameters, "
                                          "e.g. m, n, k, dtype for gemm")]
@@ -27,7 +29,8 @@ _MAX_PARAMS = 32
 
 
 @router.get("/best", response_model=BestOut,
-            responses={404: {"description": "this problem was never tuned on that GPU"}})
+            responses=answers(*READ) | {404: {"model": ErrorOut, "description":
+                                              "this problem was never tuned on that GPU"}})
 def best(request: Request, flow: FlowDep, kind: KindQ = "gemm", gpu: GpuQ = None,
          exact: ExactQ = False) -> BestOut:
     """``/v1/best?kind=gemm&m=4096&n=4096&k=4096&dtype=bf16[&gpu=...][&exact=true]``: the

@@ -7,8 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from db import decisions, jobs, measurements
+from service.auth import ReadAuth, UserDep, may_act_on
 from service.deps import FlowDep, GpuQ, PagingDep, SessionDep, SettingsDep
-from service.errors import NotFound
+from service.errors import Forbidden, NotFound
+from service.responses import READ, WRITE, ErrorOut, answers
 from service.routes.jobs import submit
 from service.schemas import (
     MAX_ID,
@@ -21,18 +23,18 @@ from service.schemas import (
 )
 from service.views import decision_out, problem_out, trial_out
 
-router = APIRouter(prefix="/v1/problems", tags=["problems"])
+router = APIRouter(prefix="/v1/problems", tags=["problems"], dependencies=[ReadAuth])
 ProblemId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
-@router.get("", response_model=ProblemList)
+@router.get("", response_model=ProblemList, responses=answers(*READ))
 def list_problems(session: SessionDep, page: PagingDep) -> ProblemList:
     rows, total = jobs.list_problems(session, page.limit, page.offset)
     return ProblemList(items=[problem_out(p, n) for p, n in rows], total=total,
                        limit=page.limit, offset=page.offset)
 
 
-@router.get("/{problem_id}/trials", response_model=TrialList)
+@router.get("/{problem_id}/trials", response_model=TrialList, responses=answers(*READ, 404))
 def list_trials(problem_id: ProblemId, session: SessionDep, page: PagingDep,
                 gpu: GpuQ = None) -> TrialList:
     problem = jobs.get_problem(session, problem_id)
@@ -44,7 +46,8 @@ def list_trials(problem_id: ProblemId, session: SessionDep, page: PagingDep,
 
 
 @router.get("/{problem_id}/decision", response_model=DecisionOut,
-            responses={404: {"description": "no decision for this problem (on that GPU)"}})
+            responses=answers(*READ) | {404: {"model": ErrorOut, "description":
+                                              "no decision for this problem (on that GPU)"}})
 def current_decision(problem_id: ProblemId, session: SessionDep, gpu: GpuQ = None
                      ) -> DecisionOut:
     """The decision in force: verdict, both timings with spreads, efficiencies, bound,
@@ -59,7 +62,8 @@ def current_decision(problem_id: ProblemId, session: SessionDep, gpu: GpuQ = Non
     return decision_out(d)
 
 
-@router.get("/{problem_id}/decisions", response_model=DecisionList)
+@router.get("/{problem_id}/decisions", response_model=DecisionList,
+            responses=answers(*READ, 404))
 def decision_history(problem_id: ProblemId, session: SessionDep, page: PagingDep,
                      gpu: GpuQ = None) -> DecisionList:
     """Every decision taken for the problem, newest first (superseded ones included)."""
@@ -70,14 +74,20 @@ def decision_history(problem_id: ProblemId, session: SessionDep, page: PagingDep
                         offset=page.offset)
 
 
-@router.post("/{problem_id}/reopen", status_code=201, response_model=JobOut)
-def reopen(problem_id: ProblemId, flow: FlowDep, settings: SettingsDep,
+@router.post("/{problem_id}/reopen", status_code=201, response_model=JobOut,
+             responses=answers(*WRITE, 404, 413, 429))
+def reopen(problem_id: ProblemId, flow: FlowDep, settings: SettingsDep, caller: UserDep,
            body: ReopenIn | None = None) -> JobOut:
     """Decide again (new budget, new policy, new versions): a new job for the problem whose
-    decision supersedes the current one; the history keeps both."""
+    decision supersedes the current one; the history keeps both. With tokens configured, only
+    an admin or the owner of one of the problem's jobs may."""
     body = body or ReopenIn()
     with flow.db.read_session() as s:
         record = jobs.get_problem(s, problem_id)
+        owners = {j.owner for j in jobs.jobs_of_problem(s, problem_id)}
     if record is None:
         raise NotFound(f"problem {problem_id} not found")
-    return submit(flow, settings, record.problem, body)
+    if not any(may_act_on(caller, owner) for owner in owners or {None}):
+        raise Forbidden(f"problem {problem_id} was submitted by others: only the owner of one "
+                        "of its jobs or an admin token may re-open it")
+    return submit(flow, settings, record.problem, body, caller)

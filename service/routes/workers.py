@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Depends, Path
 
 from search.types import Device, Measurement
-from service.deps import FlowDep, WorkerAuth
+from service.auth import WorkerAuth, WorkerSecretAuth, worker_secret_header
+from service.deps import FlowDep
+from service.responses import WORKER, answers
 from service.schemas import (
     MAX_ID,
     LeaseIn,
@@ -25,14 +27,19 @@ WorkerId = Annotated[int, Path(ge=1, le=MAX_ID)]
 LeaseId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9-]+$")]
 
 
-@router.post("/register", response_model=RegisterOut)
-def register(body: RegisterIn, flow: FlowDep) -> RegisterOut:
+@router.post("/register", response_model=RegisterOut, responses=answers(*WORKER))
+def register(body: RegisterIn, flow: FlowDep,
+             secret: Annotated[str | None, Depends(worker_secret_header)] = None) -> RegisterOut:
+    """Register a worker, or re-register it (a restart) with its ``X-Worker-Secret``. The first
+    registration of a name returns ``worker_secret``, once: keep it, send it with every call
+    under the worker's id."""
     device = Device.from_dict(body.device.model_dump())
-    worker = flow.register_worker(body.name, device, body.catalogues)
-    return RegisterOut(worker_id=worker.id, gpu_model=worker.gpu_model)
+    worker, issued = flow.register_worker(body.name, device, body.catalogues, secret)
+    return RegisterOut(worker_id=worker.id, gpu_model=worker.gpu_model, worker_secret=issued)
 
 
-@router.post("/{worker_id}/lease", response_model=LeaseOut)
+@router.post("/{worker_id}/lease", response_model=LeaseOut, dependencies=[WorkerSecretAuth],
+             responses=answers(*WORKER))
 def lease(worker_id: WorkerId, flow: FlowDep, body: LeaseIn | None = None) -> LeaseOut:
     grant = flow.lease(worker_id, (body or LeaseIn()).max_candidates)
     return LeaseOut(lease_id=grant.lease_id, expires_at=grant.expires_at,
@@ -42,12 +49,13 @@ def lease(worker_id: WorkerId, flow: FlowDep, body: LeaseIn | None = None) -> Le
 
 
 @router.post("/{worker_id}/leases/{lease_id}/renew", response_model=RenewOut,
-             responses={410: {"description": "the lease expired; its candidates went back"}})
+             dependencies=[WorkerSecretAuth], responses=answers(*WORKER, 410))
 def renew(worker_id: WorkerId, lease_id: LeaseId, flow: FlowDep) -> RenewOut:
     return RenewOut(lease_id=lease_id, expires_at=flow.renew(worker_id, lease_id))
 
 
-@router.post("/{worker_id}/report", response_model=ReportOut)
+@router.post("/{worker_id}/report", response_model=ReportOut, dependencies=[WorkerSecretAuth],
+             responses=answers(*WORKER))
 def report(worker_id: WorkerId, body: ReportIn, flow: FlowDep) -> ReportOut:
     results = [(r.candidate_id, Measurement.from_dict(r.measurement.model_dump()))
                for r in body.results]

@@ -26,11 +26,13 @@ import httpx
 
 from db import candidates as cands
 from db import jobs
+from db import workers as worker_rows
 from db.engine import Database
 from db.models import MeasurementRow, WorkerRow
 from db.records import CandidateRecord, JobRecord, MeasurementRecord
 from service.client import KernelSearchClient
 from service.embedded import free_port
+from workers.identity import SecretFile
 
 REPO = Path(__file__).resolve().parents[2]
 #: A small GEMM the interpreter runs in well under a second per candidate.
@@ -110,6 +112,7 @@ class Cluster:
             "KS_DATABASE_URL": database_url, "KS_LEASE_SECONDS": str(lease_seconds),
             "KS_MIGRATE_ON_STARTUP": "false", "KS_RETRY_AFTER_S": "1", "KS_POLL_S": "0.2",
             "KS_MAX_BACKOFF_S": "2", "TRITON_INTERPRET": "1", "PYTHONUNBUFFERED": "1",
+            "KS_STATE_DIR": str(tmp_path / "worker-state"),  # the workers' secrets
             "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         })
         self.env.update(env)
@@ -158,6 +161,16 @@ class Cluster:
         return self._start(name, [sys.executable, *cli, "worker", "--url", api.url,
                                   "--interpret", "--batch", str(batch)],
                            KS_WORKER_NAME=name, **env)
+
+    def worker_secret(self, worker_id: int, api: Api) -> str:
+        """The secret worker ``worker_id`` keeps (in the cluster's ``KS_STATE_DIR``), for a
+        test that calls under its id."""
+        with self.db.read_session() as s:
+            record = worker_rows.get_worker(s, worker_id)
+        assert record is not None, f"worker {worker_id} is not registered"
+        secret = SecretFile(self.dir / "worker-state", api.url, record.name).load()
+        assert secret is not None, f"worker {record.name} keeps no secret"
+        return secret
 
     def client(self, api: Api, **kw: Any) -> KernelSearchClient:
         return KernelSearchClient(api.url, **{"retries": 6, "backoff_s": 0.3, **kw})

@@ -92,6 +92,10 @@ def test_the_compose_file_as_compose_reads_it(compose: list[str]) -> None:
     assert worker["depends_on"]["api"]["condition"] == "service_healthy"
     assert worker["environment"]["KS_URL"] == "http://api:8000"
     assert worker["environment"]["KS_WORKER_TOKEN"] == "t0k"
+    # a re-created container keeps its name and its secret: the worker keeps its identity
+    assert worker["hostname"] == "host-gpu0"
+    state = worker["environment"]["KS_STATE_DIR"]
+    assert ("worker-state", state) in [(v["source"], v["target"]) for v in worker["volumes"]]
     assert worker["deploy"]["resources"]["reservations"]["devices"] == [
         {"capabilities": ["gpu"], "driver": "nvidia", "device_ids": ["0"]}]
     # The worker image has the CUTLASS extra (and nvcc: the devel image), so a job's default
@@ -111,6 +115,7 @@ def test_a_worker_per_gpu(compose: list[str], tmp_path: Path) -> None:
         devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
         assert devices == [{"capabilities": ["gpu"], "driver": "nvidia", "device_ids": [str(i)]}]
         assert services[name]["command"] == ["kernelsearch", "worker", "--wait-for-service"]
+        assert services[name]["hostname"] == f"host-gpu{i}"  # its name: one per GPU
 
 
 def _daemon() -> tuple[bool, bool]:

@@ -84,11 +84,12 @@ def test_the_database_away_for_a_while(database_url: str, tmp_path: Path) -> Non
 
             wait_until(lambda: measured() >= 2, 180, "two trials measured", cl._dump)
             worker_id = state(cl.db, job["id"]).candidates[0].worker_id
+            secret = {"X-Worker-Secret": cl.worker_secret(worker_id, api)}
             with away():
                 submit = httpx.post(f"{api.url}/v1/jobs", json={"problem": PROBLEM},
                                     timeout=30)
                 lease = httpx.post(f"{api.url}/v1/workers/{worker_id}/lease",
-                                   json={"max_candidates": 1}, timeout=30)
+                                   json={"max_candidates": 1}, timeout=30, headers=secret)
                 ready = httpx.get(f"{api.url}/readyz", timeout=30)
                 reads = httpx.get(f"{api.url}/v1/jobs/{job['id']}", timeout=30)
                 # away until the workers ran into it, and for a few seconds at least

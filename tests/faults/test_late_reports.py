@@ -34,6 +34,8 @@ DEVICE = {"gpu_model": GPU, "mode": "cuda", "sm_count": 132, "cc": "9.0",
           "smem_per_block": 232_448, "memory_bytes": 80 << 30, "driver": "fake", "cuda": "12.8",
           "torch": "fake", "triton": "fake", "backends": ["cublas", "triton"]}
 LEASE_S = 4.0
+#: the played worker's secret (X-Worker-Secret), from its registration
+SECRET: dict[str, str] = {}
 
 
 def _fake_result(c: dict[str, Any], times: dict[int, float]) -> dict[str, Any]:
@@ -62,7 +64,7 @@ def _ok(us: float) -> dict[str, Any]:
 
 def _report(url: str, worker: int, lease: str, cid: int, result: dict[str, Any]
             ) -> dict[str, Any]:
-    r = httpx.post(f"{url}/v1/workers/{worker}/report", timeout=60, json={
+    r = httpx.post(f"{url}/v1/workers/{worker}/report", timeout=60, headers=SECRET, json={
         "lease_id": lease, "results": [{"candidate_id": cid, "measurement": result}]})
     assert r.status_code == 200, r.text
     return r.json()
@@ -90,8 +92,10 @@ def test_late_and_duplicate_reports_are_idempotent(database_url: str, tmp_path: 
     with Cluster(tmp_path, database_url, lease_seconds=LEASE_S) as cl:
         cl.migrate()
         urls = [cl.api("api1").url, cl.api("api2").url]
-        worker = httpx.post(f"{urls[0]}/v1/workers/register", timeout=30,
-                            json={"name": "driver", "device": DEVICE}).json()["worker_id"]
+        registered = httpx.post(f"{urls[0]}/v1/workers/register", timeout=30,
+                                json={"name": "driver", "device": DEVICE}).json()
+        worker = registered["worker_id"]
+        SECRET["X-Worker-Secret"] = registered["worker_secret"]
         job = httpx.post(f"{urls[1]}/v1/jobs", timeout=30, json={
             "problem": PROBLEM, "gpu": GPU, "backends": ["cublas", "triton"],
             "budget": {"max_trials": 6}, "policy": {"force_custom": True}}).json()
@@ -101,6 +105,7 @@ def test_late_and_duplicate_reports_are_idempotent(database_url: str, tmp_path: 
         raced = 0
         for round_ in range(60):
             grant = httpx.post(f"{urls[round_ % 2]}/v1/workers/{worker}/lease", timeout=30,
+                               headers=SECRET,
                                json={"max_candidates": 3}).json()
             if not grant["candidates"]:
                 if httpx.get(f"{urls[0]}/v1/jobs/{job['id']}").json()["status"] == "done":

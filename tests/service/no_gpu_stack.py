@@ -58,7 +58,8 @@ def main() -> None:
                 "name": "w", "device": device, "catalogues": {"gemm/cutlass": CATALOGUE}})
             assert r.status_code == 200, r.text
             lease = http.post(f"/v1/workers/{r.json()['worker_id']}/lease",
-                              json={"max_candidates": 8})
+                              json={"max_candidates": 8},
+                              headers={"X-Worker-Secret": r.json()["worker_secret"]})
             assert lease.status_code == 200, lease.text
             backends = {c["task"] or c["backend"] for c in lease.json()["candidates"]}
             assert {"calibrate", "cublas", "cutlass"} <= backends, backends

@@ -148,3 +148,19 @@ def test_report_for_unknown_candidate_is_rejected_not_500(client: TestClient,
     r = client.post(f"/v1/workers/{worker}/report", content=raw,
                     headers={"content-type": "application/json"})
     assert r.status_code == 200 and r.json()["accepted"] == [c["id"]], r.text
+
+
+def test_booleans_are_no_numbers(client: Any) -> None:
+    """``false`` where a number is expected is refused, not read as 0 (nor ``true`` as 1)."""
+    device = {"gpu_model": "G", "mode": "cuda", "backends": ["cublas"], "memory_bytes": False}
+    r = client.post("/v1/workers/register", json={"name": "w", "device": device})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "memory_bytes"
+    r = client.post("/v1/jobs", json={"problem": {"m": 8, "n": 8, "k": 8},
+                                      "budget": {"max_seconds": True}})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "max_seconds"
+    r = client.post("/v1/jobs", json={"problem": {"m": 8, "n": 8, "k": 8},
+                                      "policy": {"threshold": False}})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "threshold"
+    r = client.post("/v1/jobs", json={"problem": {"m": 8, "n": 8, "k": 8},
+                                      "policy": {"force_custom": 1}})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "force_custom"

@@ -192,7 +192,7 @@ def settings(tmp_path: Path) -> ServiceSettings:
 @pytest.fixture
 def cli(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The CLI talking to the test app (and printing wide, so rows do not wrap)."""
-    monkeypatch.setattr(remote, "client", lambda url: KernelSearchClient(
+    monkeypatch.setattr(remote, "client", lambda url, token=None: KernelSearchClient(
         "http://testserver", http_client=client, retries=0))
     monkeypatch.setattr(show.out, "width", 220)
     return run
@@ -338,3 +338,12 @@ def test_tune_fp8_on_the_cpu_searches_the_fp8_tier(tmp_path: Path) -> None:
     fp8 = next(t for t in job["decision"]["tiers"] if t["tier"] == "fp8")
     assert fp8["trials"] == 2 and fp8["best_us"] is not None
     assert job["decision"]["precision"] == "fp8_e4m3"  # an fp8 problem's input precision
+
+
+def test_the_token_comes_from_the_option_or_ks_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KS_TOKEN", "from-the-environment")
+    assert remote.client(None)._headers == {"Authorization": "Bearer from-the-environment"}
+    assert remote.client(None, "from-the-option")._headers == {
+        "Authorization": "Bearer from-the-option"}
+    result = CliRunner().invoke(app, ["cancel", "--help"])
+    assert "--token" in result.output

@@ -119,3 +119,41 @@ def test_token_header_is_sent() -> None:
     api = KernelSearchClient("http://x/", token="t0k", transport=httpx.MockTransport(handler))
     api.register_worker("w", {"gpu_model": "G", "mode": "cuda"})
     assert seen == ["Bearer t0k"]
+
+
+def test_user_and_worker_calls_carry_their_own_credentials() -> None:
+    seen: list[tuple[str, str | None, str | None]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.path, request.headers.get("authorization"),
+                     request.headers.get("x-worker-secret")))
+        if request.url.path == "/v1/workers/register":
+            return httpx.Response(200, json={"worker_id": 7, "gpu_model": "G",
+                                             "worker_secret": "s3"})
+        return httpx.Response(200, json={})
+
+    api = KernelSearchClient("http://x", token="user", worker_token="work",
+                             transport=httpx.MockTransport(handler))
+    api.cancel_job(1)
+    api.register_worker("w", {"gpu_model": "G", "mode": "cuda"})
+    api.lease(7, 1)
+    assert seen == [("/v1/jobs/1/cancel", "Bearer user", None),
+                    ("/v1/workers/register", "Bearer work", None),
+                    ("/v1/workers/7/lease", "Bearer work", "s3")]
+
+
+def test_a_full_queue_is_said_at_once_not_waited_for() -> None:
+    calls: list[str] = []
+
+    def full(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        return httpx.Response(429, headers={"Retry-After": "60"},
+                              json={"detail": "1000 jobs are queued or running, the limit "
+                                              "(max_queued_jobs)"})
+
+    sleeps: list[float] = []
+    api = KernelSearchClient("http://x", transport=httpx.MockTransport(full), retries=3,
+                             sleep=sleeps.append)
+    with pytest.raises(KernelSearchError, match="max_queued_jobs") as err:
+        api.submit_job({"m": 8, "n": 8, "k": 8})
+    assert err.value.status_code == 429 and calls == ["/v1/jobs"] and sleeps == []

@@ -27,7 +27,7 @@ FAKE_COMPILE_S = 60.0
 
 @pytest.fixture
 def client(make_app: Callable[..., FastAPI], settings: ServiceSettings,
-           fake_tuners: Any) -> Any:
+           fake_tuners: Any, secret_keeper: Any) -> Any:
     """The app with the real CUTLASS tuner and the FAKE Triton tuners."""
     library.clear_cache()
     catalogues.clear_cache()
@@ -41,7 +41,7 @@ def client(make_app: Callable[..., FastAPI], settings: ServiceSettings,
     app = make_app(settings, tuner_factory=factory)
     seed_calibrations(app)
     with TestClient(app) as c:
-        yield c
+        yield secret_keeper(c)
 
 
 @pytest.mark.parametrize("service_has_cutlass", [True, False])

@@ -154,14 +154,15 @@ def test_eligibility(client: TestClient, driver: Any, fake_tuners: Any) -> None:
     assert ("gemm:b1:m512:n512:k512:fp16:fp16:fp32:rr", "NVIDIA A100") not in fake_tuners.built
 
 
-def test_concurrent_workers_never_share_a_candidate(app: Any, driver: Any) -> None:
+def test_concurrent_workers_never_share_a_candidate(app: Any, driver: Any,
+                                                    secret_keeper: Any) -> None:
     driver.submit({"max_trials": 40})
     driver.submit({"max_trials": 40})
     workers = [driver.register(f"w{i}") for i in range(4)]
     seen: list[list[int]] = [[] for _ in workers]
 
     def work(i: int) -> None:
-        with TestClient(app) as http:
+        with secret_keeper(TestClient(app)) as http:
             for _ in range(3):
                 r = http.post(f"/v1/workers/{workers[i]}/lease", json={"max_candidates": 1})
                 assert r.status_code == 200, r.text

@@ -34,8 +34,9 @@ def _free_port() -> int:
 @pytest.mark.skipif(COMMAND is None, reason="optuna-dashboard is not installed "
                                             "(pip install -e \".[ui]\")")
 def test_optuna_dashboard_lists_the_services_studies(
-        database_url: str, make_app: Callable[..., FastAPI], settings: ServiceSettings) -> None:
-    http = TestClient(make_app(settings, tuner_factory=optuna_tuner))
+        database_url: str, make_app: Callable[..., FastAPI], settings: ServiceSettings,
+        secret_keeper: Any) -> None:
+    http = secret_keeper(TestClient(make_app(settings, tuner_factory=optuna_tuner)))
     driver = Driver(http)
     job = driver.submit(budget={"max_trials": 4})
     driver.run_all(driver.register())

@@ -45,10 +45,10 @@ def _run_job(http: TestClient, driver_cls: Any, trials: int) -> tuple[dict[str, 
 
 
 def test_study_survives_restart(make_app: Any, database_url: str, driver: Any,
-                                release_optuna: Any) -> None:
+                                release_optuna: Any, secret_keeper: Any) -> None:
     settings = ServiceSettings(database_url=database_url, window=4)
     driver_cls = type(driver)
-    with TestClient(make_app(settings, tuner_factory=optuna_tuner)) as http:
+    with secret_keeper(TestClient(make_app(settings, tuner_factory=optuna_tuner))) as http:
         first, first_configs = _run_job(http, driver_cls, 6)
     # 6 budgeted; the Hopper tier's one trial is skipped (its bounded gain cannot close the
     # FAKE gap to the library), so 5 run
@@ -63,7 +63,7 @@ def test_study_survives_restart(make_app: Any, database_url: str, driver: Any,
     before = len(complete)
     storage.engine.dispose()
 
-    with TestClient(make_app(settings, tuner_factory=optuna_tuner)) as http:
+    with secret_keeper(TestClient(make_app(settings, tuner_factory=optuna_tuner))) as http:
         second, second_configs = _run_job(http, driver_cls, 4)
         trials = http.get(f"/v1/problems/{first['problem_id']}/trials",
                           params={"limit": 500}).json()

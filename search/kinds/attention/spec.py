@@ -51,16 +51,19 @@ def kept_pairs(s_q: int, s_kv: int, causal: bool) -> int:
 class AttentionProblem:
     """Attention forward: ``heads`` query heads over ``kv_heads`` key/value heads."""
 
-    batch: int = field(metadata={"help": "independent sequences"})
-    heads: int = field(metadata={"help": "query heads"})
-    s_q: int = field(metadata={"help": "query length"})
-    s_kv: int = field(metadata={"help": "key/value length"})
-    d: int = field(metadata={"help": f"head dimension: {', '.join(map(str, HEAD_DIMS))}"})
+    batch: int = field(metadata={"help": "independent sequences", "max": _MAX_COUNT})
+    heads: int = field(metadata={"help": "query heads", "max": _MAX_COUNT})
+    s_q: int = field(metadata={"help": "query length", "max": MAX_SEQ})
+    s_kv: int = field(metadata={"help": "key/value length", "max": MAX_SEQ})
+    d: int = field(metadata={"help": f"head dimension: {', '.join(map(str, HEAD_DIMS))}",
+                             "choices": HEAD_DIMS})
     kv_heads: int | None = field(default=None, metadata={
-        "help": "key/value heads (fewer than heads: grouped-query; default: heads)"})
+        "help": "key/value heads (fewer than heads: grouped-query; default: heads)",
+        "max": _MAX_COUNT})
     causal: bool = field(default=False, metadata={
         "help": "causal mask (aligned bottom-right when s_q != s_kv)"})
-    dtype: str = field(default="bf16", metadata={"help": "bf16, fp16 or fp32"})
+    dtype: str = field(default="bf16", metadata={"help": "bf16, fp16 or fp32",
+                                                  "choices": tuple(DTYPE_BYTES)})
     scale: float | None = field(default=None, metadata={
         "help": "softmax scale (default: 1/sqrt(d))"})
     kind: str = field(default="attention", init=False)

@@ -53,14 +53,17 @@ class GemmProblem:
     batch: int = field(default=1, metadata={"help": "independent products"})
     dtype: str = field(default="bf16", metadata={
         "help": "dtype of A and B: bf16, fp16, fp32 or fp8_e4m3 (fp8: per-tensor scales, B "
-                "column-major, library kernels only)"})
+                "column-major, library kernels only)", "choices": tuple(DTYPE_BYTES)})
     out_dtype: str | None = field(default=None, metadata={
-        "help": "dtype of C (default: dtype; bf16 for fp8_e4m3)"})
-    acc_dtype: str = field(default="fp32", metadata={"help": "accumulation dtype"})
-    layout_a: str = field(default="row", metadata={"help": "A row- or column-major: row, col"})
+        "help": "dtype of C (default: dtype; bf16 for fp8_e4m3)",
+        "choices": FP8_OUT_DTYPES})
+    acc_dtype: str = field(default="fp32", metadata={"help": "accumulation dtype",
+                                                      "choices": ("fp32",)})
+    layout_a: str = field(default="row", metadata={"help": "A row- or column-major: row, col",
+                                                    "choices": LAYOUTS})
     layout_b: str = field(default="row", metadata={
         "help": "B row- or column-major: row, col (a request without it: col for fp8_e4m3, "
-                "the one layout fp8 takes)"})
+                "the one layout fp8 takes)", "choices": LAYOUTS})
     kind: str = field(default="gemm", init=False)
 
     def __post_init__(self) -> None:

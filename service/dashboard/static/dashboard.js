@@ -32,9 +32,23 @@ const KS = {
       (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
   },
 
-  /** GET a JSON endpoint; a failure shows on the page and rejects. */
+  /** The user token pasted on the jobs page (kept in this browser only), or "". */
+  token() {
+    try { return localStorage.getItem("ks-token") || ""; } catch (e) { return ""; }
+  },
+  setToken(value) {
+    try {
+      if (value) localStorage.setItem("ks-token", value); else localStorage.removeItem("ks-token");
+    } catch (e) { /* storage disabled: the token lasts for this page only */ }
+  },
+
+  /** Fetch a JSON endpoint, with the user token as bearer when there is one; a failure
+   *  rejects with the service's message. */
   async json(url, options) {
-    const r = await fetch(url, options);
+    const token = KS.token();
+    const headers = Object.assign({}, (options || {}).headers,
+                                  token ? { Authorization: `Bearer ${token}` } : {});
+    const r = await fetch(url, Object.assign({}, options, { headers }));
     const body = await r.json().catch(() => ({}));
     if (!r.ok) {
       const detail = typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail);

@@ -94,6 +94,16 @@
     }
   });
 
+  const tokenBox = document.getElementById("token");
+  const tokenState = document.getElementById("token-state");
+  const showToken = () => { tokenState.textContent = KS.token() ? "a token is saved" : ""; };
+  document.getElementById("token-save").addEventListener("click", () => {
+    KS.setToken(tokenBox.value.trim());
+    tokenBox.value = "";
+    showToken();
+  });
+  showToken();
+
   // the page came with the current state: hash each row so unchanged rows stay untouched
   setTimeout(poll, POLL_MS);
 })();

@@ -1,0 +1,129 @@
+"""Who may call what: users' tokens for writes (and reads, unless public), the worker token for
+worker endpoints, and each worker's own secret for its id.
+
+- **Users** (``KS_API_TOKENS``, :mod:`service.tokens`): with tokens configured every write
+  needs ``Authorization: Bearer <token>`` (401 without one or with an unknown one); the
+  caller's name is the owner a job records, and only the owner or an admin token may cancel
+  it or re-open its problem (403). Reads are public unless ``KS_PUBLIC_READS=false``. With no
+  tokens configured the service is open (the embedded single-user default) and says so at
+  start-up.
+- **Workers** (``KS_WORKER_TOKEN``): worker endpoints accept only the worker token; user
+  endpoints never accept it (it is not among the users' digests).
+- **A worker's identity**: its first registration issues a secret (returned once, stored as a
+  digest); re-registering its name, leasing, renewing and reporting under its id need it as
+  ``X-Worker-Secret`` (403 otherwise), so nobody takes over a registered worker.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Annotated
+
+from fastapi import Depends, Path
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from db import workers
+from service.deps import FlowDep, SettingsDep
+from service.errors import Forbidden, Unauthorized
+from service.settings import ServiceSettings
+from service.tokens import UserToken, digest, match
+
+__all__ = ["Caller", "ReadAuth", "UserDep", "WorkerAuth", "WorkerSecretAuth", "may_act_on",
+           "warn_if_open", "worker_secret_header"]
+
+log = logging.getLogger("kernelsearch.auth")
+
+_user_bearer = HTTPBearer(auto_error=False, scheme_name="UserToken",
+                          description="a user's token from KS_API_TOKENS (name:token[:admin])")
+_worker_bearer = HTTPBearer(auto_error=False, scheme_name="WorkerToken",
+                            description="the workers' token, KS_WORKER_TOKEN")
+worker_secret_header = APIKeyHeader(name="X-Worker-Secret", auto_error=False,
+                              scheme_name="WorkerSecret",
+                              description="the secret this worker's first registration "
+                                          "returned (worker_secret)")
+
+#: The user behind a request; None when the service runs without tokens (open).
+Caller = UserToken | None
+
+
+def _user(settings: ServiceSettings, creds: HTTPAuthorizationCredentials | None) -> Caller:
+    if not settings.api_tokens:
+        return None
+    if creds is None or not creds.credentials:
+        raise Unauthorized("this needs a user token: send 'Authorization: Bearer <token>' "
+                           "with a token of KS_API_TOKENS")
+    user = match(settings.api_tokens, creds.credentials)
+    if user is None:
+        raise Unauthorized("unknown token: it is none of KS_API_TOKENS (the worker token is "
+                           "not a user token)")
+    return user
+
+
+def user_caller(settings: SettingsDep, creds: Annotated[
+        HTTPAuthorizationCredentials | None, Depends(_user_bearer)]) -> Caller:
+    """A write's caller: with tokens configured, a known user token or a 401."""
+    return _user(settings, creds)
+
+
+def read_caller(settings: SettingsDep, creds: Annotated[
+        HTTPAuthorizationCredentials | None, Depends(_user_bearer)]) -> Caller:
+    """A read's caller: anyone while reads are public, else as :func:`user_caller`."""
+    if settings.public_reads:
+        return None
+    return _user(settings, creds)
+
+
+UserDep = Annotated[Caller, Depends(user_caller)]
+ReadAuth = Depends(read_caller)
+
+
+def may_act_on(caller: Caller, owner: str | None) -> bool:
+    """Whether ``caller`` may change what ``owner`` made: the owner, an admin, or anyone while
+    the service is open."""
+    return caller is None or caller.admin or (owner is not None and caller.name == owner)
+
+
+def require_worker_token(settings: SettingsDep, creds: Annotated[
+        HTTPAuthorizationCredentials | None, Depends(_worker_bearer)]) -> None:
+    """When ``worker_token`` is set, worker endpoints need ``Authorization: Bearer <token>``
+    with it (a user's token is refused)."""
+    expected = settings.worker_token
+    if not expected:
+        return
+    if creds is None or not hmac.compare_digest(digest(creds.credentials).encode(),
+                                                digest(expected).encode()):
+        raise Unauthorized("worker endpoints need 'Authorization: Bearer <token>' with the "
+                           "worker token (KS_WORKER_TOKEN)")
+
+
+WorkerAuth = Depends(require_worker_token)
+
+
+def requireworker_secret_header(flow: FlowDep,
+                          worker_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+                          secret: Annotated[str | None, Depends(worker_secret_header)]) -> None:
+    """A registered worker's id is used only with its secret (``X-Worker-Secret``)."""
+    with flow.db.read_session() as s:
+        worker = workers.get_worker(s, worker_id)
+    if worker is None or worker.secret_sha256 is None:
+        return  # unknown: the route answers 404; no secret yet: registered before secrets
+    if not secret or not hmac.compare_digest(digest(secret).encode(),
+                                             worker.secret_sha256.encode()):
+        raise Forbidden(f"worker {worker_id} acts only with its own secret: send the "
+                        "worker_secret its first registration returned as X-Worker-Secret")
+
+
+WorkerSecretAuth = Depends(requireworker_secret_header)
+
+
+def warn_if_open(settings: ServiceSettings) -> None:
+    """Say at start-up what is left unauthenticated."""
+    if not settings.api_tokens:
+        log.warning("no user tokens configured (KS_API_TOKENS): writes are unauthenticated; "
+                    "fine for a single user on localhost, not for a shared service")
+    if not settings.worker_token:
+        log.warning("no worker token configured (KS_WORKER_TOKEN): anyone who reaches the "
+                    "service can register a worker")
+    if not settings.public_reads and not settings.api_tokens:
+        log.warning("KS_PUBLIC_READS=false has no effect without KS_API_TOKENS")
