@@ -79,6 +79,8 @@ def test_an_unreachable_service_does_not_kill_the_loop() -> None:
 
 def test_a_cutlass_worker_declares_its_catalogue_when_it_registers() -> None:
     class Recorder:
+        worker_secret = None  # the client's secret slot (none issued by this fake)
+
         def register_worker(self, name: str, device: dict, catalogue: dict | None = None
                             ) -> dict:
             self.sent = (device["backends"], catalogue)

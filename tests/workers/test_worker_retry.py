@@ -30,6 +30,7 @@ class Flaky:
 
     def __init__(self, down: int, forget: bool = False) -> None:
         self.down, self.forget = down, forget
+        self.worker_secret: str | None = None  # the client's secret slot (none issued here)
         self.calls: list[str] = []
         self.registered = 0
         self.stored: list[tuple[str, int]] = []
