@@ -58,10 +58,12 @@ def test_fp8_job_on_the_cpu_worker(database_url: str) -> None:
     assert d["spend"]["calibration"]["gpu_s"] > 0  # the CPU calibration ran ...
     assert d["attainable_us"] is None  # ... and is no roofline (it measures no ceilings)
     assert "torch CPU matmul takes" in d["rationale"]
-    # the interpreter's template is far slower than the CPU's torch._scaled_mm
-    assert d["chosen"] == "library"
+    # Which wins on a CPU is a timing, not a property: torch's CPU fp8 matmul (tens of ms under
+    # load) can fall behind the interpreter's template. The served kernel is the decision's.
+    assert d["chosen"] in ("library", "custom")
     best = result.best
-    assert best is not None and best["backend"] == "cublas"
+    assert best is not None
+    assert best["backend"] == ("cublas" if d["chosen"] == "library" else "triton")
     assert best["problem_key"] == "gemm:b1:m64:n48:k96:fp8_e4m3:bf16:fp32:rc"
 
 

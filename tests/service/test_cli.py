@@ -331,8 +331,11 @@ def test_tune_fp8_on_the_cpu_searches_the_fp8_tier(tmp_path: Path) -> None:
     assert printed == json.loads(out.read_text())
     job = printed["job"]
     assert job["problem_key"] == "gemm:b1:m64:n48:k96:fp8_e4m3:bf16:fp32:rc"
-    # the interpreter's fp8 template is milliseconds against the CPU's torch._scaled_mm
-    assert job["decision"]["chosen"] == "library" and job["best"]["backend"] == "cublas"
+    # Which wins on a CPU is a timing, not a property: torch's CPU fp8 matmul slows several-fold
+    # while other processes hold the cores. The served kernel is the one the decision chose.
+    chosen = job["decision"]["chosen"]
+    assert chosen in ("library", "custom")
+    assert job["best"]["backend"] == ("cublas" if chosen == "library" else "triton")
     assert "torch CPU matmul takes" in job["decision"]["rationale"]
     assert job["custom_best"]["backend"] == "triton"  # the fp8 template ran correctly
     fp8 = next(t for t in job["decision"]["tiers"] if t["tier"] == "fp8")
