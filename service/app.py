@@ -24,6 +24,7 @@ from db.engine import Database
 from db.migrate import upgrade
 from search import kinds
 from service import dashboard
+from service.best_cache import BestCache
 from service.errors import ServiceError
 from service.flow import Clock, Flow, utcnow
 from service.limits import BodyLimit
@@ -57,6 +58,7 @@ def create_app(settings: ServiceSettings | None = None, *,
                               "best configuration.")
     app.state.settings = settings
     app.state.flow = flow
+    app.state.best_cache = BestCache(database)
 
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
