@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from db.models import DecisionRow, ProblemRow, SummaryRow
@@ -12,7 +13,7 @@ from db.models import DecisionRow, ProblemRow, SummaryRow
 Generation = tuple[int, int, int]
 
 
-def of_problem(session: Session, key: str) -> Generation | None:
+def of_problem(session: Session | Connection, key: str) -> Generation | None:
     """The generation of the problem with canonical ``key`` (None: no such problem).
 
     It changes whenever the problem's best configuration can: every kernel measurement counts

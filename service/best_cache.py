@@ -46,17 +46,19 @@ class BestCache:
         """The answer for ``problem``: the kept one while its generation stands, else a new
         one (read after the generation, so it is at least as new as what it is kept under)."""
         key = (problem.key(), gpu, exact)
-        with self.db.read_session() as s:
-            generation = generations.of_problem(s, key[0])
-            if generation is None:  # never seen: nothing to keep
-                return _encode(lambda: best_in(s, problem, gpu, exact))
+        with self.db.autocommit() as conn:
+            generation = generations.of_problem(conn, key[0])
+        if generation is not None:
             with self._lock:
                 kept = self._entries.get(key)
                 if kept is not None and kept[0] == generation:
                     self._entries.move_to_end(key)
                     self.hits += 1
                     return kept[1]
+        with self.db.read_session() as s:
             encoded = _encode(lambda: best_in(s, problem, gpu, exact))
+        if generation is None:  # never seen: nothing to keep
+            return encoded
         with self._lock:
             self.misses += 1
             self._entries[key] = (generation, encoded)
