@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -175,12 +175,11 @@ class Flow:
         now = self.clock()
         with self.db.session() as s:
             workers.touch(s, worker_id, now)
-            eligible = jobs.eligible_jobs(s, worker.gpu_model)
         lease_id = str(uuid.uuid4())
         expires = now + timedelta(seconds=self.settings.lease_seconds)
         granted: list[Candidate] = []
         attempts: list[int] = []
-        for job in eligible:
+        for job in self._eligible(worker.gpu_model):
             if len(granted) >= max_candidates:
                 break
             if not self._fits(job, device):
@@ -329,6 +328,18 @@ class Flow:
                     f"{worker.name!r})")
         return None
 
+    def _eligible(self, gpu_model: str) -> Iterator[JobRecord]:
+        """The jobs a worker of ``gpu_model`` may serve, oldest first, read a page at a time
+        as the lease walks them (a long queue is not read whole for each lease)."""
+        after = 0
+        while True:
+            with self.db.read_session() as s:
+                page = jobs.eligible_jobs(s, gpu_model, after=after, limit=_PAGE)
+            yield from page
+            if len(page) < _PAGE:
+                return
+            after = page[-1].id
+
     def _fits(self, job: JobRecord, device: Device) -> bool:
         allowed = job.bound_backends if job.bound_backends is not None else job.backends
         if not set(allowed) & set(device.backends):
@@ -394,6 +405,8 @@ def _store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
     return _Stored(cand, job, None, measurement=measurement)
 
 
+#: Eligible jobs a lease reads at a time (``Flow._eligible``).
+_PAGE = 32
 #: The rejection of a report already stored (``{id}``: the candidate).
 _DUPLICATE = "candidate {id} already reported"
 
