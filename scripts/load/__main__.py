@@ -54,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--users", type=int, default=200, help="concurrent clients")
     run.add_argument("--client-rps", type=float, default=3.1,
                      help="requests per second of each client (200 x 3.1: 558 GET /v1/best/s)")
+    run.add_argument("--job-share", type=float, default=0.1,
+                     help="share of the clients' requests that submit a job")
     run.add_argument("--workers", type=int, default=16, help="simulated workers")
     run.add_argument("--duration", type=int, default=60, help="seconds after the ramp-up")
     run.add_argument("--spawn-rate", type=float, default=50.0, help="users started per second")
@@ -87,7 +89,8 @@ def _run(args: argparse.Namespace, command: str) -> int:
            "command": command, "commit": timings._commit(),
            "machine": {**timings.machine(), "locust": version("locust")},
            "database": database, "processes": args.processes, "users": args.users,
-           "offered_rps": args.users * args.client_rps, "workers": args.workers,
+           "offered_rps": args.users * args.client_rps, "job_share": args.job_share,
+           "workers": args.workers,
            "duration_s": args.duration, "load_average": {"before": before, **sampler.summary()},
            "endpoints": rows, "failures": failed, "targets": report.verdict(rows),
            "note": args.note}
@@ -152,7 +155,7 @@ def _stop(server: subprocess.Popen[bytes]) -> None:
 
 def _locust(args: argparse.Namespace, shapes_file: Path, csv_prefix: Path) -> None:
     env = dict(os.environ, KS_LOAD_SHAPES=str(shapes_file), KS_LOAD_WORKERS=str(args.workers),
-               KS_LOAD_CLIENT_RPS=str(args.client_rps),
+               KS_LOAD_CLIENT_RPS=str(args.client_rps), KS_LOAD_JOB_SHARE=str(args.job_share),
                KS_LOAD_RUN=f"load-{int(time.time())}")
     subprocess.run(
         [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",

@@ -1,14 +1,15 @@
 """Locust users of the load benchmark (``python -m scripts.load run``, which sets the env below).
 
-``Client``: a user of the service, asking ``GET /v1/best`` for seeded shapes (90 %) and
-submitting a small job (10 %) at a fixed pace, so that the offered rate is set by the number of
-users, not by the server's latency. ``Worker``: a simulated GPU host (exactly
-``KS_LOAD_WORKERS`` of them) that registers, then leases and reports FAKE but plausible results
-in a loop: library and Triton times near what the shape's FLOPs allow on the GPU model, a
-calibration's peaks, a verification's repeated times.
+``Client``: a user of the service, asking ``GET /v1/best`` for seeded shapes and submitting a
+small job (``KS_LOAD_JOB_SHARE`` of its requests, 10 %) at a fixed pace, so that the offered
+rate is set by the number of users, not by the server's latency. ``Worker``: a simulated GPU
+host (exactly ``KS_LOAD_WORKERS`` of them) that registers, then leases and reports FAKE but
+plausible results in a loop: library and Triton times near what the shape's FLOPs allow on the
+GPU model, a calibration's peaks, a verification's repeated times.
 
 Environment: ``KS_LOAD_SHAPES`` (a JSON file: ``{"best": [query, ...], "jobs": [problem, ...],
-"gpu": model}``), ``KS_LOAD_WORKERS``, ``KS_LOAD_CLIENT_RPS`` (requests per second per client).
+"gpu": model}``), ``KS_LOAD_WORKERS`` (0: none), ``KS_LOAD_CLIENT_RPS`` (requests per second
+per client), ``KS_LOAD_JOB_SHARE``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from locust import FastHttpUser, constant, constant_throughput, task
 
 SHAPES: dict[str, Any] = json.loads(open(os.environ["KS_LOAD_SHAPES"]).read())
 WORKERS = int(os.environ.get("KS_LOAD_WORKERS", "16"))
-CLIENT_RPS = float(os.environ.get("KS_LOAD_CLIENT_RPS", "2.75"))
+CLIENT_RPS = float(os.environ.get("KS_LOAD_CLIENT_RPS", "3.1"))
+JOB_SHARE = float(os.environ.get("KS_LOAD_JOB_SHARE", "0.1"))
 RUN = os.environ.get("KS_LOAD_RUN", "load")
 GPU = SHAPES["gpu"]
 #: FAKE peaks of the simulated GPU model (about an H100's)
@@ -40,23 +42,23 @@ class Client(FastHttpUser):
 
     wait_time = constant_throughput(CLIENT_RPS)
 
-    @task(9)
-    def best(self) -> None:
-        query = random.choice(SHAPES["best"])
-        self.client.get("/v1/best", params=query, name="GET /v1/best")
-
-    @task(1)
-    def submit(self) -> None:
-        problem = random.choice(SHAPES["jobs"])
-        body = {"problem": problem, "gpu": GPU, "budget": {"max_trials": 4},
-                "backends": ["cublas", "triton"]}
-        self.client.post("/v1/jobs", json=body, name="POST /v1/jobs")
+    @task
+    def ask_or_submit(self) -> None:
+        if random.random() < JOB_SHARE:
+            problem = random.choice(SHAPES["jobs"])
+            body = {"problem": problem, "gpu": GPU, "budget": {"max_trials": 4},
+                    "backends": ["cublas", "triton"]}
+            self.client.post("/v1/jobs", json=body, name="POST /v1/jobs")
+        else:
+            query = random.choice(SHAPES["best"])
+            self.client.get("/v1/best", params=query, name="GET /v1/best")
 
 
 class Worker(FastHttpUser):
     """A simulated GPU worker: register, then lease and report until the run ends."""
 
     fixed_count = WORKERS
+    abstract = WORKERS == 0  # locust reads a fixed_count of 0 as "by weight"
     wait_time = constant(0.05)
 
     def on_start(self) -> None:

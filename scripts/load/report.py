@@ -64,7 +64,7 @@ def markdown(runs: list[dict[str, Any]]) -> str:
         "SYNTHETIC database of `scripts.dashboard.seed`, its defaults).", "",
         "Load: locust (one process) on the same machine as the API and Postgres, all sharing "
         "its cores; clients ask `GET /v1/best` for decided shapes (half of them naming the GPU "
-        "model) and submit jobs (9:1), each at a fixed pace; simulated workers register, then "
+        "model) and submit jobs, each at a fixed pace; simulated workers register, then "
         "lease up to 4 candidates and report FAKE plausible results in a loop. Statistics "
         "from the end of the ramp-up (`--reset-stats`). Times in ms; locust rounds "
         "percentiles above 100 ms to two significant digits.", "",
@@ -75,7 +75,8 @@ def markdown(runs: list[dict[str, Any]]) -> str:
         lines += [
             f"## {run['label']}", "",
             f"Command (at {run.get('commit') or '?'}): `{run['command']}`", "",
-            f"{run['users']} clients offering {run['offered_rps']:.0f} requests/s and "
+            f"{run['users']} clients offering {run['offered_rps']:.0f} requests/s "
+            f"({run.get('job_share', 0.1):.0%} job submissions) and "
             f"{run['workers']} workers for {run['duration_s']} s; API processes: "
             f"{run['processes']}. Load average (1 min) during the run: mean "
             f"{load['mean']:.1f}, max {load['max']:.1f} on {m['cores']} cores (before: "
