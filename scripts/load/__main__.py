@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -62,8 +63,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--label", default=None, help="the run's name in the report")
     run.add_argument("--note", default=None, help="a sentence added under the run's table")
     run.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
+    again = sub.add_parser("report", help="write the Markdown of a JSON report again (after "
+                                          "editing a run's note)")
+    again.add_argument("json", type=Path)
     args = ap.parse_args(argv)
-    return _run(args, " ".join(["python -m scripts.load", *(argv or sys.argv[1:])]))
+    if args.command == "report":
+        md = args.json.with_suffix(".md")
+        old = md.read_text() if md.exists() else None
+        md.write_text(report.markdown(json.loads(args.json.read_text()),
+                                      report.kept_findings(old)))
+        return 0
+    return _run(args, "python -m scripts.load " + shlex.join(argv or sys.argv[1:]))
 
 
 def _run(args: argparse.Namespace, command: str) -> int:
@@ -99,7 +109,9 @@ def _run(args: argparse.Namespace, command: str) -> int:
             if r["label"] != run["label"]] + [run]
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(runs, indent=1) + "\n")
-    path.with_suffix(".md").write_text(report.markdown(runs))
+    md = path.with_suffix(".md")
+    md.write_text(report.markdown(runs, report.kept_findings(md.read_text() if md.exists()
+                                                             else None)))
     for r in rows:
         print(f"{r['endpoint']:>14}: {r['rps']:7.1f}/s p50 {r['p50_ms']:g} ms "
               f"p99 {r['p99_ms']:g} ms errors {r['errors']}")

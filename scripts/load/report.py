@@ -51,7 +51,18 @@ def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def markdown(runs: list[dict[str, Any]]) -> str:
+#: the line after which a report's hand-written findings start; rewriting the report keeps them
+FINDINGS = "<!-- findings: written by hand, kept when the report is rewritten -->"
+
+
+def kept_findings(md: str | None) -> str:
+    """The hand-written part of an existing report (from :data:`FINDINGS` on), if any."""
+    if not md or FINDINGS not in md:
+        return ""
+    return md[md.index(FINDINGS):]
+
+
+def markdown(runs: list[dict[str, Any]], findings: str = "") -> str:
     first = runs[0]
     m, db = first["machine"], first["database"]
     lines = [
@@ -85,7 +96,7 @@ def markdown(runs: list[dict[str, Any]]) -> str:
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         lines += [f"| {r['endpoint']} | {r['requests']} | {r['rps']} | {r['p50_ms']:g} | "
                   f"{r['p99_ms']:g} | {r['max_ms']:g} | {r['errors']} |"
-                  for r in run["endpoints"]]
+                  for r in run["endpoints"] if r["requests"]]
         lines += ["", "| target | met |", "| --- | --- |"]
         lines += [f"| {t} | {'yes' if ok else '**no**'} |" for t, ok in run["targets"].items()]
         if run["failures"]:
@@ -95,7 +106,7 @@ def markdown(runs: list[dict[str, Any]]) -> str:
         if run.get("note"):
             lines += ["", run["note"]]
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines) + (f"\n{findings}" if findings else "")
 
 
 def _ms(value: str) -> float:
