@@ -6,9 +6,10 @@
 Seeds the database with ``scripts.dashboard.seed`` when it holds no problem (10,000 problems,
 1,000,000 measurements), starts ``kernelsearch serve --processes N --no-access-log`` on
 ``--url``, runs locust headless (``scripts/load/locustfile.py``: ``--users`` clients and
-``--workers`` simulated workers), samples the load average, and writes
-``<out>/load_<date>.md`` and ``.json`` (each run of the date kept, by label). A benchmark, not a
-test: its numbers depend on the machine and on what else runs on it.
+``--workers`` simulated workers) after asking every ``GET /v1/best`` question twice (the
+steady state of a service, not its first minute; ``--no-warm``), samples the load average,
+and writes ``<out>/load_<date>.md`` and ``.json`` (each run of the date kept, by label). A
+benchmark, not a test: its numbers depend on the machine and on what else runs on it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -60,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--workers", type=int, default=16, help="simulated workers")
     run.add_argument("--duration", type=int, default=60, help="seconds after the ramp-up")
     run.add_argument("--spawn-rate", type=float, default=50.0, help="users started per second")
+    run.add_argument("--no-warm", dest="warm", action="store_false",
+                     help="skip asking every GET /v1/best question twice before the run")
     run.add_argument("--label", default=None, help="the run's name in the report")
     run.add_argument("--note", default=None, help="a sentence added under the run's table")
     run.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
@@ -81,11 +85,14 @@ def _run(args: argparse.Namespace, command: str) -> int:
     database = timings.counts(args.db)
     with tempfile.TemporaryDirectory(prefix="ks-load-") as tmp:
         shapes_file = Path(tmp) / "shapes.json"
-        shapes_file.write_text(json.dumps(shapes.pick(args.db, 2000, GPU)))
-        before = [round(x, 2) for x in os.getloadavg()]
+        picked = shapes.pick(args.db, 2000, GPU)
+        shapes_file.write_text(json.dumps(picked))
         server = _serve(args)
         try:
             _wait_ready(args.url, server)
+            if args.warm:
+                _warm(args.url, picked["best"])
+            before = [round(x, 2) for x in os.getloadavg()]
             sampler = _LoadSampler()
             sampler.start()
             _locust(args, shapes_file, Path(tmp) / "stats")
@@ -101,7 +108,8 @@ def _run(args: argparse.Namespace, command: str) -> int:
            "database": database, "processes": args.processes, "users": args.users,
            "offered_rps": args.users * args.client_rps, "job_share": args.job_share,
            "workers": args.workers,
-           "duration_s": args.duration, "load_average": {"before": before, **sampler.summary()},
+           "duration_s": args.duration, "warm": args.warm,
+           "load_average": {"before": before, **sampler.summary()},
            "endpoints": rows, "failures": failed, "targets": report.verdict(rows),
            "note": args.note}
     path = args.out / f"load_{now.date().isoformat()}.json"
@@ -154,6 +162,14 @@ def _wait_ready(url: str, server: subprocess.Popen[bytes], timeout_s: float = 12
             pass
         time.sleep(0.5)
     raise RuntimeError(f"the API at {url} was not ready after {timeout_s:.0f} s")
+
+
+def _warm(url: str, queries: list[dict[str, str]], threads: int = 8) -> None:
+    """Ask every question twice (so that each of two API processes has likely seen it): the
+    run then measures a service in its steady state, not its first minute."""
+    with httpx.Client(base_url=url, timeout=60.0) as http, \
+            ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda q: http.get("/v1/best", params=q), queries * 2))
 
 
 def _stop(server: subprocess.Popen[bytes]) -> None:

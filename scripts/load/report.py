@@ -89,7 +89,8 @@ def markdown(runs: list[dict[str, Any]], findings: str = "") -> str:
             f"{run['users']} clients offering {run['offered_rps']:.0f} requests/s "
             f"({run.get('job_share', 0.1):.0%} job submissions) and "
             f"{run['workers']} workers for {run['duration_s']} s; API processes: "
-            f"{run['processes']}. Load average (1 min) during the run: mean "
+            f"{run['processes']}; every question asked twice before the run: "
+            f"{'yes' if run.get('warm') else 'no'}. Load average (1 min) during the run: mean "
             f"{load['mean']:.1f}, max {load['max']:.1f} on {m['cores']} cores (before: "
             f"{load['before']}).", "",
             "| endpoint | requests | requests/s | p50 | p99 | max | errors |",
