@@ -138,14 +138,15 @@ def _markdown(data: dict[str, Any]) -> str:
         lines.append(f"| {f} | {c.get('killed', 0)} | {c.get('survived', 0)} | "
                      f"{c.get('timeout', 0)} | {c.get('no tests', 0)} | "
                      f"{c.get('not checked', 0)} |")
-    lines += ["", "## Surviving mutants (with their diff, up to the first "
-              f"{len(data['diffs'])})", ""]
+    if data["diffs"]:
+        lines += ["", f"## Surviving mutants with their diff (the first {len(data['diffs'])})",
+                  ""]
     for name, diff in data["diffs"].items():
         lines += [f"- `{name}`", "", "  ```diff", *[f"  {d}" for d in diff.splitlines()],
                   "  ```"]
-    rest = [n for n in data["survived"] if n not in data["diffs"]]
-    if rest:
-        lines += ["", f"Further survivors ({len(rest)}): " + ", ".join(f"`{n}`" for n in rest)]
+    by_function = Counter(n.rsplit("__mutmut_", 1)[0] for n in data["survived"])
+    lines += ["", "## Survivors per function", "", "| function | survived |", "| --- | ---: |"]
+    lines += [f"| `{f}` | {n} |" for f, n in sorted(by_function.items(), key=lambda x: -x[1])]
     return "\n".join(lines) + "\n"
 
 
