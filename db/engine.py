@@ -76,6 +76,8 @@ class Database:
         self.url = normalize_url(url)
         self.engine = make_engine(self.url, **engine_kwargs)
         self._read_engine = self.engine.execution_options(**{_READ_ONLY: True})
+        self._autocommit_engine = self._read_engine.execution_options(
+            isolation_level="AUTOCOMMIT")
 
     @property
     def dialect(self) -> str:
@@ -100,6 +102,13 @@ class Database:
                 yield session
             finally:
                 session.rollback()
+
+    @contextmanager
+    def autocommit(self) -> Iterator[Connection]:
+        """A read-only connection whose every statement is a transaction of its own (no
+        ``BEGIN``/``ROLLBACK`` round trips on Postgres): for a hot path's single-query reads."""
+        with self._autocommit_engine.connect() as conn:
+            yield conn
 
     def dispose(self) -> None:
         self.engine.dispose()

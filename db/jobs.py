@@ -110,14 +110,16 @@ def list_jobs(session: Session, limit: int, offset: int) -> tuple[list[JobRecord
     return [JobRecord.of(j, p) for j, p in rows], int(total)
 
 
-def eligible_jobs(session: Session, gpu_model: str) -> list[JobRecord]:
-    """Active jobs a worker of ``gpu_model`` may serve, oldest first (FIFO)."""
-    rows = session.execute(
-        select(JobRow, ProblemRow).join(ProblemRow, ProblemRow.id == JobRow.problem_id)
-        .where(JobRow.status.in_(ACTIVE_JOB),
-               or_(JobRow.target_gpu.is_(None), JobRow.target_gpu == gpu_model),
-               or_(JobRow.bound_gpu.is_(None), JobRow.bound_gpu == gpu_model))
-        .order_by(JobRow.id)).all()
+def eligible_jobs(session: Session, gpu_model: str, *, after: int = 0,
+                  limit: int | None = None) -> list[JobRecord]:
+    """Active jobs a worker of ``gpu_model`` may serve, oldest first (FIFO): those after job
+    ``after``, at most ``limit`` of them (a lease reads a page at a time, not the queue)."""
+    stmt = (select(JobRow, ProblemRow).join(ProblemRow, ProblemRow.id == JobRow.problem_id)
+            .where(JobRow.status.in_(ACTIVE_JOB), JobRow.id > after,
+                   or_(JobRow.target_gpu.is_(None), JobRow.target_gpu == gpu_model),
+                   or_(JobRow.bound_gpu.is_(None), JobRow.bound_gpu == gpu_model))
+            .order_by(JobRow.id))
+    rows = session.execute(stmt.limit(limit) if limit is not None else stmt).all()
     return [JobRecord.of(j, p) for j, p in rows]
 
 

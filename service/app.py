@@ -26,6 +26,7 @@ from db.migrate import upgrade
 from search import kinds
 from service import dashboard, openapi
 from service.auth import ReadAuth, warn_if_open
+from service.best_cache import BestCache
 from service.errors import ServiceError
 from service.flow import Clock, Flow, utcnow
 from service.limits import BodyLimit
@@ -59,6 +60,7 @@ def create_app(settings: ServiceSettings | None = None, *,
                               "best configuration.")
     app.state.settings = settings
     app.state.flow = flow
+    app.state.best_cache = BestCache(database)
 
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:

@@ -12,7 +12,7 @@ import hmac
 import logging
 import secrets
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -211,12 +211,11 @@ class Flow:
         now = self.clock()
         with self.db.session() as s:
             workers.touch(s, worker_id, now)
-            eligible = jobs.eligible_jobs(s, worker.gpu_model)
         lease_id = str(uuid.uuid4())
         expires = now + timedelta(seconds=self.settings.lease_seconds)
         granted: list[Candidate] = []
         attempts: list[int] = []
-        for job in eligible:
+        for job in self._eligible(worker.gpu_model):
             if len(granted) >= max_candidates:
                 break
             if not self._fits(job, device):
@@ -370,6 +369,18 @@ class Flow:
                     f"{worker.name!r})")
         return None
 
+    def _eligible(self, gpu_model: str) -> Iterator[JobRecord]:
+        """The jobs a worker of ``gpu_model`` may serve, oldest first, read a page at a time
+        as the lease walks them (a long queue is not read whole for each lease)."""
+        after = 0
+        while True:
+            with self.db.read_session() as s:
+                page = jobs.eligible_jobs(s, gpu_model, after=after, limit=_PAGE)
+            yield from page
+            if len(page) < _PAGE:
+                return
+            after = page[-1].id
+
     def _fits(self, job: JobRecord, device: Device) -> bool:
         allowed = job.bound_backends if job.bound_backends is not None else job.backends
         if not set(allowed) & set(device.backends):
@@ -479,6 +490,9 @@ def _recheck(s: Session, cand: CandidateRecord, job: JobRecord, worker: WorkerRe
     return _Stored(cand, job, None, measurement=settled.to_measurement())
 
 
+
+#: Eligible jobs a lease reads at a time (``Flow._eligible``).
+_PAGE = 32
 #: The rejection of a report already stored (``{id}``: the candidate).
 _DUPLICATE = "candidate {id} already reported"
 

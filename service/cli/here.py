@@ -96,6 +96,11 @@ def serve(
     host: str = "127.0.0.1", port: int = 8000,
     worker: Annotated[str, typer.Option(
         help="auto: start a local worker when a GPU is present; yes; no")] = "auto",
+    processes: Annotated[int, typer.Option(
+        "--processes", "--workers", min=1, max=64,
+        help="API processes sharing the port (uvicorn's workers); the migrations run once, "
+             "before they start")] = 1,
+    access_log: Annotated[bool, typer.Option(help="log a line per request")] = True,
 ) -> None:
     """Start the API (migrations first) and, where a GPU is present, a local worker."""
     import uvicorn
@@ -104,6 +109,11 @@ def serve(
     from service.settings import get_settings
 
     settings = get_settings()
+    if processes > 1 and settings.migrate_on_startup:
+        from db.migrate import upgrade
+
+        upgrade(settings.database_url, studies=True)  # once, not a race between the processes
+        os.environ["KS_MIGRATE_ON_STARTUP"] = "false"  # the processes read their settings anew
     child: subprocess.Popen[bytes] | None = None
     if worker == "yes" or (worker == "auto" and _gpu_present()):
         env = dict(os.environ, KS_URL=f"http://{host}:{port}")
@@ -112,7 +122,11 @@ def serve(
                                   "--exit-with-parent"], env=env)
         console.print(f"local worker started (pid {child.pid})")
     try:
-        uvicorn.run(create_app(settings), host=host, port=port)
+        if processes > 1:  # uvicorn imports the factory in each process
+            uvicorn.run("service.app:create_app", factory=True, host=host, port=port,
+                        workers=processes, access_log=access_log)
+        else:
+            uvicorn.run(create_app(settings), host=host, port=port, access_log=access_log)
     finally:
         if child is not None:
             child.terminate()

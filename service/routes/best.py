@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 
 from search import kinds
 from search.types import ProblemError
 from service.auth import ReadAuth
-from service.deps import FlowDep, GpuQ
+from service.best_cache import BestCache
+from service.deps import GpuQ
 from service.errors import InvalidInput
-from service.queries import find_best
 from service.responses import READ, ErrorOut, answers
 from service.schemas import BestOut
-from service.views import best_out
 
 router = APIRouter(prefix="/v1", tags=["best"], dependencies=[ReadAuth])
 KindQ = Annotated[str, Query(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_]+$",
@@ -31,8 +30,8 @@ _MAX_PARAMS = 32
 @router.get("/best", response_model=BestOut,
             responses=answers(*READ) | {404: {"model": ErrorOut, "description":
                                               "this problem was never tuned on that GPU"}})
-def best(request: Request, flow: FlowDep, kind: KindQ = "gemm", gpu: GpuQ = None,
-         exact: ExactQ = False) -> BestOut:
+def best(request: Request, kind: KindQ = "gemm", gpu: GpuQ = None,
+         exact: ExactQ = False) -> Response:
     """``/v1/best?kind=gemm&m=4096&n=4096&k=4096&dtype=bf16[&gpu=...][&exact=true]``: the
     problem's fields are the kind's (``POST /v1/jobs``'s ``problem``), given as query
     parameters. The answer states the precision the kernel computes in and its measured
@@ -44,4 +43,7 @@ def best(request: Request, flow: FlowDep, kind: KindQ = "gemm", gpu: GpuQ = None
         problem = kinds.parse_query(kinds.get(kind), params)
     except ProblemError as exc:
         raise InvalidInput(["query", exc.field], exc.message) from exc
-    return best_out(find_best(flow.db, problem, gpu, exact))
+    cache: BestCache = request.app.state.best_cache
+    # the body is BestOut's JSON, made once per answer (service.best_cache)
+    answer = cache.answer(problem, gpu, exact)
+    return Response(answer.body, status_code=answer.status, media_type="application/json")

@@ -77,9 +77,13 @@ def test_a_held_result_stays_refused_when_another_worker_disagrees(h100: None, d
 def test_a_held_result_is_released_when_another_worker_confirms(h100: None, driver: Any,
                                                                 client: Any) -> None:
     job, liar, honest, fake = start(driver)
+    # asked while held (the answer is kept per process under the problem's generation) ...
+    assert client.get("/v1/best", params=QUERY).json()["median_us"] == 30.0
     grant = driver.lease(honest, 64)
     driver.report(honest, grant["lease_id"], fake["id"], driver.fake_ok(1.05))
     assert driver.job(job["id"])["held"] == []
+    # ... and asked again once released: the release changed the generation, no stale answer
+    assert client.get("/v1/best", params=QUERY).json()["median_us"] == 1.0
     trials = client.get(f"/v1/problems/{job['problem_id']}/trials",
                         params={"limit": 500}).json()["items"]
     confirmed = [t for t in trials if t["candidate_id"] == fake["id"]]

@@ -1,0 +1,34 @@
+"""How far a problem's tuning has gone, read in one cheap indexed query: what keys the cache of
+``GET /v1/best`` (``service.best_cache``)."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+from db.models import DecisionRow, ProblemRow, SummaryRow
+
+#: ``(problem id, kernel measurements stored, those not ok, decisions stored)``
+Generation = tuple[int, int, int, int]
+
+
+def of_problem(session: Session | Connection, key: str) -> Generation | None:
+    """The generation of the problem with canonical ``key`` (None: no such problem).
+
+    It changes whenever the problem's best configuration can: every kernel measurement counts
+    itself into ``tuning_summaries`` in the transaction that stores it (``db.summaries.add``),
+    a held result released after its re-check counts itself out of the failed ones
+    (``db.summaries.released``), and every decision is a new row (superseding the one in force
+    in the same transaction). Measurements only grow and a release only lowers the failed count
+    at the same total, so a committed change never leaves the generation as it was. A writer
+    that changes what ``GET /v1/best`` reads in another way must change it too."""
+    measured = (select(func.coalesce(func.sum(SummaryRow.trials), 0))
+                .where(SummaryRow.problem_id == ProblemRow.id).scalar_subquery())
+    failed = (select(func.coalesce(func.sum(SummaryRow.failed), 0))
+              .where(SummaryRow.problem_id == ProblemRow.id).scalar_subquery())
+    decided = (select(func.count()).select_from(DecisionRow)
+               .where(DecisionRow.problem_id == ProblemRow.id).scalar_subquery())
+    row = session.execute(select(ProblemRow.id, measured, failed, decided)
+                          .where(ProblemRow.key == key)).first()
+    return (int(row[0]), int(row[1]), int(row[2]), int(row[3])) if row is not None else None
