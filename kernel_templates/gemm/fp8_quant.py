@@ -30,6 +30,8 @@ cast is the hardware's ``cvt.rn.satfinite``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
@@ -148,26 +150,36 @@ def _buffers(x: torch.Tensor, q: torch.Tensor | None, scale: torch.Tensor | None
     return q, scale
 
 
+def _two_passes(x: torch.Tensor, n_scales: int, amax_kernel: Any, cast_kernel: Any, *,
+                block_r: int, block_k: int, num_warps: int, q: torch.Tensor | None,
+                scale: torch.Tensor | None, amax: torch.Tensor | None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The amax pass then the cast pass over ``[block_r, block_k]`` tiles of ``x``, with
+    ``n_scales`` amax cells and scales (one per row, or one)."""
+    q, scale = _buffers(x, q, scale, n_scales)
+    r, k = x.shape
+    if amax is None:
+        amax = torch.zeros(n_scales, dtype=torch.float32, device=x.device)
+    elif amax.numel() != n_scales or amax.dtype != torch.float32:
+        raise ValueError(f"amax must hold {n_scales} fp32 values")
+    else:
+        amax.zero_()
+    grid = (triton.cdiv(r, block_r), triton.cdiv(k, block_k))
+    amax_kernel[grid](x, amax, r, k, x.stride(0), x.stride(1), BLOCK_R=block_r,
+                      BLOCK_K=block_k, num_warps=num_warps)
+    cast_kernel[grid](x, q, amax, scale, r, k, x.stride(0), x.stride(1), q.stride(0),
+                      BLOCK_R=block_r, BLOCK_K=block_k, ROUND_IN_FP32=x.device.type != "cuda",
+                      num_warps=num_warps)
+    return q, scale
+
+
 def quantise_rows(x: torch.Tensor, *, block_r: int, block_k: int, num_warps: int,
                   q: torch.Tensor | None = None, scale: torch.Tensor | None = None,
                   amax: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q, scale)``: ``x`` ([R, K], any strides) quantised with one scale per row.
     ``amax``: an R-element fp32 work buffer (zeroed here)."""
-    q, scale = _buffers(x, q, scale, x.shape[0])
-    r, k = x.shape
-    if amax is None:
-        amax = torch.zeros(r, dtype=torch.float32, device=x.device)
-    elif amax.numel() != r or amax.dtype != torch.float32:
-        raise ValueError(f"amax must hold {r} fp32 values")
-    else:
-        amax.zero_()
-    grid = (triton.cdiv(r, block_r), triton.cdiv(k, block_k))
-    _row_amax_kernel[grid](x, amax, r, k, x.stride(0), x.stride(1), BLOCK_R=block_r,
-                           BLOCK_K=block_k, num_warps=num_warps)
-    _row_cast_kernel[grid](x, q, amax, scale, r, k, x.stride(0), x.stride(1), q.stride(0),
-                           BLOCK_R=block_r, BLOCK_K=block_k,
-                           ROUND_IN_FP32=x.device.type != "cuda", num_warps=num_warps)
-    return q, scale
+    return _two_passes(x, x.shape[0], _row_amax_kernel, _row_cast_kernel, block_r=block_r,
+                       block_k=block_k, num_warps=num_warps, q=q, scale=scale, amax=amax)
 
 
 def quantise_tensor(x: torch.Tensor, *, block_r: int, block_k: int, num_warps: int,
@@ -175,19 +187,8 @@ def quantise_tensor(x: torch.Tensor, *, block_r: int, block_k: int, num_warps: i
                     amax: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q, scale)``: ``x`` ([R, K], any strides) quantised with one scale for the tensor
     (``scale`` has one element). ``amax``: a one-element fp32 work buffer (zeroed here)."""
-    q, scale = _buffers(x, q, scale, 1)
-    r, k = x.shape
-    if amax is None:
-        amax = torch.zeros(1, dtype=torch.float32, device=x.device)
-    else:
-        amax.zero_()
-    grid = (triton.cdiv(r, block_r), triton.cdiv(k, block_k))
-    _amax_kernel[grid](x, amax, r, k, x.stride(0), x.stride(1), BLOCK_R=block_r,
-                       BLOCK_K=block_k, num_warps=num_warps)
-    _cast_kernel[grid](x, q, amax, scale, r, k, x.stride(0), x.stride(1), q.stride(0),
-                       BLOCK_R=block_r, BLOCK_K=block_k,
-                       ROUND_IN_FP32=x.device.type != "cuda", num_warps=num_warps)
-    return q, scale
+    return _two_passes(x, 1, _amax_kernel, _cast_kernel, block_r=block_r, block_k=block_k,
+                       num_warps=num_warps, q=q, scale=scale, amax=amax)
 
 
 def quantise(x: torch.Tensor, scales: str, *, block_r: int, block_k: int, num_warps: int,
