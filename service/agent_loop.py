@@ -321,7 +321,7 @@ class AgentLoop:
                     config=dict(pick.config), median_us=pick.median_us, speedup=d.speedup,
                     bound=rf.bound if rf else None,
                     attainable_us=rf.attainable_us if rf else None, verified=d.verified,
-                    rationale=d.rationale, evidence=_evidence(d, verification), env=env,
+                    rationale=d.rationale, evidence=stored_evidence(d, verification), env=env,
                     now=now, precision=served, rel_error=pick.rel_error,
                     saved_gpu_s=decision.early_stop_savings(
                         d.spend, job.max_trials, bool(d.policy.get("full_search"))))
@@ -469,7 +469,7 @@ def _float_or_none(value: Any) -> float | None:
         return None
 
 
-def _evidence(d: decision.Decision, v: decision.Verification | None) -> dict[str, Any]:
+def stored_evidence(d: decision.Decision, v: decision.Verification | None) -> dict[str, Any]:
     """A decision's stored evidence: the decision, and the verification it saw with each
     contender's per-round medians (a task, so not among the problem's trials)."""
     rounds = None

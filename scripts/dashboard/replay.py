@@ -176,15 +176,3 @@ class Replay:
         self.verification = Verification(
             a.library.id, a.custom.id if a.custom else None, "ok", lib, cus, bench_s,
             reference_id=a.reference.id if a.reference else None, reference_us=ref)
-
-
-def evidence_of(d: Decision, v: Verification | None) -> dict[str, Any]:
-    """A decision's stored evidence, in the shape ``service.agent_loop`` writes it."""
-    rounds = None
-    if v is not None:
-        rounds = {"status": v.status, "error": v.error, "rounds": len(v.library_us),
-                  "library_id": v.library_id, "custom_id": v.custom_id,
-                  "reference_id": v.reference_id, "library_us": list(v.library_us),
-                  "custom_us": list(v.custom_us), "reference_us": list(v.reference_us),
-                  "gpu_s": v.gpu_s}
-    return {**d.to_dict(), "verification": rounds}

@@ -21,9 +21,10 @@ from db.models import (
     ProblemRow,
     WorkerRow,
 )
-from scripts.dashboard.replay import JobRun, Stored, evidence_of
+from scripts.dashboard.replay import JobRun, Stored
 from search import decision, kinds
 from search.types import Problem, config_key
+from service.agent_loop import stored_evidence
 
 #: tables in the order their rows may be inserted
 ORDER: tuple[Table, ...] = tuple(r.__table__ for r in (  # type: ignore[misc]
@@ -120,7 +121,7 @@ def job_rows(w: Writer, job_id: int, pid: int, problem: Problem, gpu: str, polic
         "config": dict(pick.config), "median_us": pick.median_us, "speedup": d.speedup,
         "bound": rf.bound if rf else None, "attainable_us": rf.attainable_us if rf else None,
         "verified": d.verified, "rationale": d.rationale,
-        "evidence": evidence_of(d, run.verification), "env": env, "created_at": at,
+        "evidence": stored_evidence(d, run.verification), "env": env, "created_at": at,
         "superseded_at": None,
         "saved_gpu_s": decision.early_stop_savings(d.spend, max_trials,
                                                    bool(d.policy.get("full_search")))})
