@@ -23,6 +23,7 @@ from db.records import (
     CandidateStatus,
     Expired,
     JobCounts,
+    JobStatus,
     LeaseRecord,
 )
 from search.types import Status, config_key
@@ -165,6 +166,37 @@ def lease_pending(session: Session, job_id: int, backends: Sequence[str], limit:
         .order_by(case((CandidateRow.tier.is_(None), 0), else_=1), CandidateRow.id)
         .limit(limit)
         .with_for_update(skip_locked=True)))
+    for row in rows:
+        row.status = CandidateStatus.LEASED.value
+        row.lease_id = lease_id
+        row.lease_expires_at = expires_at
+        row.worker_id = worker_id
+    session.flush()
+    return [CandidateRecord.of(r) for r in rows]
+
+
+def lease_pending_of_model(session: Session, gpu_model: str, backends: Sequence[str],
+                           limit: int, lease_id: str, worker_id: int, expires_at: datetime
+                           ) -> list[CandidateRecord]:
+    """Lease up to ``limit`` pending candidates of the running jobs bound to ``gpu_model``, in
+    one statement: the oldest job's first, and in a job its tasks and library candidates
+    before custom trials (as ``lease_pending``). Used when requests do not plan
+    (``KS_PLANNING=background``): the queue is read by an index, not job by job."""
+    if limit <= 0:
+        return []
+    rows = list(session.scalars(
+        select(CandidateRow)
+        .join(JobRow, JobRow.id == CandidateRow.job_id)
+        .where(JobRow.status == JobStatus.RUNNING.value, JobRow.bound_gpu == gpu_model,
+               CandidateRow.status == CandidateStatus.PENDING.value,
+               or_(CandidateRow.backend.in_(list(backends)), CandidateRow.task.is_not(None)),
+               ~exists().where(MeasurementRow.candidate_id == CandidateRow.id,
+                               MeasurementRow.worker_id == worker_id,
+                               MeasurementRow.status == Status.HELD.value))
+        .order_by(CandidateRow.job_id, case((CandidateRow.tier.is_(None), 0), else_=1),
+                  CandidateRow.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True, of=CandidateRow)))
     for row in rows:
         row.status = CandidateStatus.LEASED.value
         row.lease_id = lease_id

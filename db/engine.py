@@ -33,6 +33,10 @@ def normalize_url(url: str) -> str:
     return url
 
 
+#: Postgres connections an engine keeps, and how many more it may open at a busy moment.
+POOL_SIZE, POOL_OVERFLOW = 20, 20
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """An engine for ``url`` with the per-dialect settings above."""
     url = normalize_url(url)
@@ -49,6 +53,11 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
     connect_args.update(kwargs.pop("connect_args", {}))
     kwargs.setdefault("pool_pre_ping", True)
+    # as many kept connections as an API process's thread pool runs requests at once: past
+    # pool_size a connection is opened for one request and closed after it (a new Postgres
+    # backend each time, which costs more than the request)
+    kwargs.setdefault("pool_size", POOL_SIZE)
+    kwargs.setdefault("max_overflow", POOL_OVERFLOW)
     return create_engine(url, connect_args=connect_args, **kwargs)
 
 

@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select, text, update
+from sqlalchemy import exists, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from db.models import JobRow, MeasurementRow, ProblemRow
-from db.records import ACTIVE_JOB, JobRecord, JobStatus, ProblemRecord
+from db.models import CandidateRow, JobRow, MeasurementRow, ProblemRow
+from db.records import ACTIVE_JOB, OUTSTANDING, JobRecord, JobStatus, ProblemRecord
 from search import kinds
 from search.types import Problem
 
@@ -159,3 +159,56 @@ def finish_job(session: Session, job_id: int, status: JobStatus, now: datetime,
                error: str | None = None) -> None:
     session.execute(update(JobRow).where(JobRow.id == job_id)
                     .values(status=status.value, finished_at=now, error=error))
+
+
+def mark_due(session: Session, job_ids: Sequence[int]) -> None:
+    """Mark the jobs for the planner (``service.planner``): something the decision loop reads
+    changed. Written in the transaction of the change, so the mark commits with it."""
+    ids = sorted(set(job_ids))
+    if ids:
+        session.execute(update(JobRow).where(JobRow.id.in_(ids), JobRow.plan_due.is_(False))
+                        .values(plan_due=True))
+
+
+def claim_due(session: Session, limit: int) -> list[int]:
+    """Up to ``limit`` marked jobs, oldest first, their marks cleared: this planner plans them
+    (another planner skips rows locked here; a change committed after the claim marks the job
+    again, so nothing is planned on stale evidence for long)."""
+    ids = list(session.scalars(select(JobRow.id).where(JobRow.plan_due.is_(True))
+                               .order_by(JobRow.id).limit(limit)
+                               .with_for_update(skip_locked=True)))
+    if ids:
+        session.execute(update(JobRow).where(JobRow.id.in_(ids)).values(plan_due=False))
+    return ids
+
+
+def running_with_deadline(session: Session) -> list[JobRecord]:
+    """Running jobs with a time budget (the planner finishes those whose time ran out)."""
+    rows = session.execute(
+        select(JobRow, ProblemRow).join(ProblemRow, ProblemRow.id == JobRow.problem_id)
+        .where(JobRow.status == JobStatus.RUNNING.value, JobRow.max_seconds.is_not(None))
+        .order_by(JobRow.id)).all()
+    return [JobRecord.of(j, p) for j, p in rows]
+
+
+def unbound_jobs(session: Session, gpu_model: str, *, after: int = 0, limit: int = 32
+                 ) -> list[JobRecord]:
+    """Queued jobs no worker has bound yet that a worker of ``gpu_model`` may start, oldest
+    first, after job ``after``."""
+    rows = session.execute(
+        select(JobRow, ProblemRow).join(ProblemRow, ProblemRow.id == JobRow.problem_id)
+        .where(JobRow.status == JobStatus.QUEUED.value, JobRow.bound_gpu.is_(None),
+               JobRow.id > after,
+               or_(JobRow.target_gpu.is_(None), JobRow.target_gpu == gpu_model))
+        .order_by(JobRow.id).limit(limit)).all()
+    return [JobRecord.of(j, p) for j, p in rows]
+
+
+def running_idle(session: Session) -> list[int]:
+    """Running jobs with nothing pending or leased: each waits for planning alone."""
+    return list(session.scalars(
+        select(JobRow.id).where(
+            JobRow.status == JobStatus.RUNNING.value, JobRow.plan_due.is_(False),
+            ~exists().where(CandidateRow.job_id == JobRow.id,
+                            CandidateRow.status.in_(OUTSTANDING)))
+        .order_by(JobRow.id)))

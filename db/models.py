@@ -23,6 +23,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    false,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -104,7 +105,8 @@ class ProblemRow(Base):
 class JobRow(Base):
     __tablename__ = "jobs"
     __table_args__ = (Index("ix_jobs_created_at", "created_at"),
-                      Index("ix_jobs_owner_status", "owner", "status"))
+                      Index("ix_jobs_owner_status", "owner", "status"),
+                      Index("ix_jobs_plan_due", "plan_due"))
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     problem_id: Mapped[int] = mapped_column(IdType, ForeignKey("problems.id"), index=True)
@@ -129,6 +131,9 @@ class JobRow(Base):
     #: the name of the user token that submitted it (NULL: submitted while the service was
     #: open, or before owners existed)
     owner: Mapped[str | None] = mapped_column(String(64))
+    #: something the decision loop reads changed since the planner last planned the job
+    #: (``KS_PLANNING=background``: ``service.planner``)
+    plan_due: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 #: A row is a kernel (``backend``) or a task (``task``: calibration, verification), never both.

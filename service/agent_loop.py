@@ -253,18 +253,33 @@ class AgentLoop:
         filled = action.n is not None and len(kept) == action.n and action.n < room
         return active and (exhausted or filled)
 
-    def _settle_stale(self, job: JobRecord, tier: str | None, tuner: Any) -> None:
+    def settle(self, job: JobRecord) -> None:
+        """Tell every tier's study of the job what became of its trials (the planner's first
+        step: with ``planning="background"`` a report only stores the result), then let the
+        tiers' tuners forget nothing: see ``_settle_stale``."""
+        with self.db.read_session() as s:
+            tiers = {c.tier for c in cands.job_candidates(s, job.id)
+                     if c.trial_number is not None}
+        for tier in sorted(tiers, key=str):
+            self.with_tuner(job, tier, lambda t, tier=tier: self._settle_stale(
+                job, tier, t, tell_all=True))
+
+    def _settle_stale(self, job: JobRecord, tier: str | None, tuner: Any, *,
+                      tell_all: bool = False) -> None:
         """Tell the study what became of trials asked longer ago than a lease (and at least
         ``STALE_TRIAL_S``) and never told. A service process that died between asking and
         storing the candidates, or between storing a result and telling it, leaves such trials
         running, and a running trial's configuration counts as in flight: never proposed
         again. A stored result is told, a failed or cancelled candidate (or none at all) closes
-        its trial; one still out waits."""
+        its trial; one still out waits. ``tell_all``: every running trial whose candidate has
+        settled is told at once, whatever its age (a trial with no candidate yet is closed
+        only once stale: another process may be storing it)."""
         stale = getattr(tuner, "stale_running", None)
         grace = max(self.settings.lease_seconds, STALE_TRIAL_S)
-        numbers = stale(grace) if stale is not None else []
+        numbers = stale(0.0 if tell_all else grace) if stale is not None else []
         if not numbers:
             return
+        old = set(stale(grace)) if tell_all and stale is not None else set(numbers)
         with self.db.read_session() as s:
             found = cands.of_trials(s, job.problem_id, job.bound_gpu or "", tier, numbers)
             measured = measurements.of_candidates(s, [c.id for c in found.values()])
@@ -273,6 +288,8 @@ class AgentLoop:
             m = measured.get(c.id) if c is not None else None
             if m is not None:
                 _safely(lambda n=number, m=m: tuner.record(n, m.to_measurement()))
+            elif c is None and number not in old:
+                continue  # asked moments ago: its candidate may not be stored yet
             elif c is None or c.status == CandidateStatus.CANCELLED:
                 log.info("closing trial %s of %s: no candidate stands for it", number, tier)
                 _safely(lambda n=number: tuner.abandon(n))

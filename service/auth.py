@@ -60,13 +60,13 @@ def _user(settings: ServiceSettings, creds: HTTPAuthorizationCredentials | None)
     return user
 
 
-def user_caller(settings: SettingsDep, creds: Annotated[
+async def user_caller(settings: SettingsDep, creds: Annotated[
         HTTPAuthorizationCredentials | None, Depends(_user_bearer)]) -> Caller:
     """A write's caller: with tokens configured, a known user token or a 401."""
     return _user(settings, creds)
 
 
-def read_caller(settings: SettingsDep, creds: Annotated[
+async def read_caller(settings: SettingsDep, creds: Annotated[
         HTTPAuthorizationCredentials | None, Depends(_user_bearer)]) -> Caller:
     """A read's caller: anyone while reads are public, else as :func:`user_caller`."""
     if settings.public_reads:
@@ -84,7 +84,7 @@ def may_act_on(caller: Caller, owner: str | None) -> bool:
     return caller is None or caller.admin or (owner is not None and caller.name == owner)
 
 
-def require_worker_token(settings: SettingsDep, creds: Annotated[
+async def require_worker_token(settings: SettingsDep, creds: Annotated[
         HTTPAuthorizationCredentials | None, Depends(_worker_bearer)]) -> None:
     """When ``worker_token`` is set, worker endpoints need ``Authorization: Bearer <token>``
     with it (a user's token is refused)."""

@@ -1,5 +1,6 @@
 """FastAPI dependencies: ``SessionDep``, ``FlowDep``, ``SettingsDep``, pagination (who may call
-what: ``service.auth``)."""
+what: ``service.auth``). Those that do no I/O are ``async``: FastAPI runs a plain ``def``
+dependency in its thread pool, a hop that costs more than the dependency itself."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from service.flow import Flow
 from service.settings import ServiceSettings
 
 
-def get_flow(request: Request) -> Flow:
+async def get_flow(request: Request) -> Flow:
     return request.app.state.flow  # type: ignore[no-any-return]
 
 
@@ -24,7 +25,7 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def get_settings_dep(request: Request) -> ServiceSettings:
+async def get_settings_dep(request: Request) -> ServiceSettings:
     return request.app.state.settings  # type: ignore[no-any-return]
 
 
@@ -41,7 +42,7 @@ class Paging:
     offset: int
 
 
-def paging(limit: Annotated[int, Query(ge=1, le=500)] = 50,
+async def paging(limit: Annotated[int, Query(ge=1, le=500)] = 50,
            offset: Annotated[int, Query(ge=0, le=2**62)] = 0) -> Paging:
     return Paging(limit, offset)
 

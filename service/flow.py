@@ -96,6 +96,8 @@ class Flow:
         self.tuners = tuners
         self.clock = clock
         self.agent = AgentLoop(database, settings, tuners, clock)
+        #: requests mark jobs for the planner rather than plan them (``service.planner``)
+        self.background = settings.planning == "background"
 
     def close(self) -> None:
         """Release the database connections and the tuners of this process."""
@@ -153,7 +155,7 @@ class Flow:
         now = self.clock()
         job = self._job(job_id)
         if job.status == JobStatus.RUNNING and time_up(job, now):
-            self.agent.advance(job.id)
+            self._plan(job.id)
         with self.db.read_session() as s:
             return self._state(s, job_id, now)
 
@@ -175,7 +177,10 @@ class Flow:
                        if c.status in (CandidateStatus.PENDING, CandidateStatus.LEASED)]
             cands.cancel_outstanding(s, job_id, "job cancelled")
             jobs.finish_job(s, job_id, JobStatus.CANCELLED, now)
-        self.agent.abandon(job, dropped)
+            if self.background:  # the planner closes the dropped trials
+                jobs.mark_due(s, [job_id])
+        if not self.background:
+            self.agent.abandon(job, dropped)
         return self.job_state(job_id)
 
     # -- workers --------------------------------------------------------------------------------
@@ -209,10 +214,12 @@ class Flow:
         device = Device.from_dict(worker.device)
         self.expire_stale()
         now = self.clock()
-        with self.db.session() as s:
-            workers.touch(s, worker_id, now)
         lease_id = str(uuid.uuid4())
         expires = now + timedelta(seconds=self.settings.lease_seconds)
+        if self.background:
+            return self._lease_planned(worker, device, max_candidates, lease_id, now, expires)
+        with self.db.session() as s:
+            workers.touch(s, worker_id, now)
         granted: list[Candidate] = []
         attempts: list[int] = []
         for job in self._eligible(worker.gpu_model):
@@ -236,6 +243,59 @@ class Flow:
         if not granted:
             return LeaseGrant(None, None, self.settings.lease_seconds, [], [])
         return LeaseGrant(lease_id, expires, self.settings.lease_seconds, granted, attempts)
+
+    def _lease_planned(self, worker: WorkerRecord, device: Device, max_candidates: int,
+                       lease_id: str, now: datetime, expires: datetime) -> LeaseGrant:
+        """A lease that plans nothing (``planning="background"``): what the planner has queued
+        for the worker's GPU model, in one statement; with room left, the oldest unbound job
+        the device can run is bound and marked for the planner (its candidates come in a
+        later lease)."""
+        with self.db.session() as s:
+            workers.touch(s, worker.id, now)
+            got = cands.lease_pending_of_model(s, worker.gpu_model, device.backends,
+                                               max_candidates, lease_id, worker.id, expires)
+            if got:
+                cands.create_lease(s, lease_id, worker.id, now, expires)
+        if len(got) < max_candidates:
+            self._bind_next(device, now)
+        if not got:
+            return LeaseGrant(None, None, self.settings.lease_seconds, [], [])
+        problems = self._problems({c.job_id for c in got})
+        return LeaseGrant(lease_id, expires, self.settings.lease_seconds,
+                          [Candidate(problems[c.job_id], c.backend, c.config, c.id, c.task)
+                           for c in got], [c.attempts for c in got])
+
+    def _bind_next(self, device: Device, now: datetime) -> None:
+        """Bind the oldest queued job that ``device`` can run to its GPU model and mark it for
+        the planner."""
+        after = 0
+        while True:
+            with self.db.read_session() as s:
+                page = jobs.unbound_jobs(s, device.gpu_model, after=after, limit=_PAGE)
+            for job in page:
+                if not self._fits(job, device):
+                    continue
+                backends = [b for b in job.backends if b in device.backends]
+                with self.db.session() as s:
+                    if jobs.bind_job(s, job.id, device.gpu_model, backends, now):
+                        jobs.mark_due(s, [job.id])
+                        return
+            if len(page) < _PAGE:
+                return
+            after = page[-1].id
+
+    def _problems(self, job_ids: set[int]) -> dict[int, Problem]:
+        with self.db.read_session() as s:
+            return {j: rec.problem for j in job_ids
+                    if (rec := jobs.get_job(s, j)) is not None}
+
+    def _plan(self, job_id: int, device: dict[str, Any] | None = None) -> None:
+        """Plan the job now (``planning="inline"``), or mark it for the planner."""
+        if self.background:
+            with self.db.session() as s:
+                jobs.mark_due(s, [job_id])
+        else:
+            self.agent.advance(job_id, device)
 
     def renew(self, worker_id: int, lease_id: str) -> datetime:
         self._worker(worker_id)
@@ -270,6 +330,16 @@ class Flow:
             with self.db.session() as s:
                 got = _store(s, worker, lease_id, candidate_id, measurement, self.clock(),
                              self.settings.implausible_below)
+                if self.background and got.cand is not None and (
+                        got.refused is None or got.stored is not None):
+                    # stored, or a repeat: the planner tells the tuner (in this transaction)
+                    jobs.mark_due(s, [got.cand.job_id])
+            if self.background:
+                if got.cand is None or got.job is None or got.refused is not None:
+                    rejected.append((candidate_id, got.refused or "unknown candidate"))
+                else:
+                    accepted.append(candidate_id)
+                continue
             if got.cand is None or got.job is None or got.refused is not None:
                 rejected.append((candidate_id, got.refused or "unknown candidate"))
                 if got.stored is not None and got.cand is not None and got.job is not None:
@@ -297,6 +367,9 @@ class Flow:
         now = self.clock()
         with self.db.session() as s:
             expired = cands.expire_stale(s, now, self.settings.max_attempts)
+            if self.background:  # the planner tells the tuners and plans the jobs
+                jobs.mark_due(s, [e.candidate.job_id for e in expired])
+                return
             job_of = {e.candidate.job_id: jobs.get_job(s, e.candidate.job_id) for e in expired}
         for e in expired:
             job, trial = job_of.get(e.candidate.job_id), e.candidate.trial_number

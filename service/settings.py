@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -25,6 +25,12 @@ class ServiceSettings(BaseSettings):
     max_attempts: int = Field(3, ge=1, description="expired leases before a candidate fails")
     retry_after_s: int = Field(
         5, ge=1, le=3600, description="Retry-After of a 503 while the database is unreachable")
+    planning: Literal["inline", "background"] = Field(
+        "inline", description="inline: leases, reports and job reads run the decision loop "
+        "(Optuna's proposals and tells, the decisions) before they answer, as one process "
+        "serving one user wants; background: they only mark the job (jobs.plan_due) and a "
+        "planner process plans it (`kernelsearch planner`, started by `serve` in this mode), "
+        "so a fleet's requests answer in milliseconds")
     window: int = Field(16, ge=1, le=1024, description="outstanding candidates per job")
     cutlass_candidates: int = Field(
         6, ge=0, le=64, description="CUTLASS library candidates a job measures (its best-ranked"

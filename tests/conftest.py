@@ -188,6 +188,14 @@ class FakeTuner:
     def abandon(self, trial_number: int) -> None:
         self.abandoned.append(trial_number)
 
+    def stale_running(self, older_than_s: float) -> list[int]:
+        """Trials proposed and neither told nor closed; the fake keeps no times, so only
+        ``older_than_s <= 0`` (the background planner's "every one") returns them."""
+        if older_than_s > 0:
+            return []
+        done = set(self.recorded) | set(self.abandoned) | set(self.reused)
+        return [n for n in range(self.trials) if n not in done]
+
 
 #: FAKE Triton configurations (the fake tuner hands these out; no GPU ever runs them).
 FAKE_CONFIGS = [{"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "SPLIT_K": 1,

@@ -39,6 +39,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 app.command(rich_help_panel="Here")(here.tune)
 app.command(rich_help_panel="Here")(here.serve)
 app.command("worker", rich_help_panel="Here")(here.worker_cmd)
+app.command("planner", rich_help_panel="Here")(here.planner_cmd)
 app.command(rich_help_panel="Here")(here.migrate)
 for _command in (remote.submit, remote.status, remote.best, remote.jobs, remote.cancel):
     app.command(rich_help_panel="Against a service (--url)")(_command)

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from typing import Annotated
 
 import typer
 
+from search import kinds
 from search.types import ProblemError
 from service.cli import options as o
 from service.cli import show
@@ -101,6 +103,9 @@ def serve(
         help="API processes sharing the port (uvicorn's workers); the migrations run once, "
              "before they start")] = 1,
     access_log: Annotated[bool, typer.Option(help="log a line per request")] = True,
+    planner_nice: Annotated[int, typer.Option(
+        min=0, max=19, help="KS_PLANNING=background: the planner process's added nice value")
+                            ] = 10,
 ) -> None:
     """Start the API (migrations first) and, where a GPU is present, a local worker."""
     import uvicorn
@@ -109,11 +114,17 @@ def serve(
     from service.settings import get_settings
 
     settings = get_settings()
-    if processes > 1 and settings.migrate_on_startup:
+    background = settings.planning == "background"
+    if (processes > 1 or background) and settings.migrate_on_startup:
         from db.migrate import upgrade
 
         upgrade(settings.database_url, studies=True)  # once, not a race between the processes
         os.environ["KS_MIGRATE_ON_STARTUP"] = "false"  # the processes read their settings anew
+    planner: subprocess.Popen[bytes] | None = None
+    if background:  # requests only mark jobs: a planner process plans them, at a lower priority
+        planner = subprocess.Popen([sys.executable, "-m", "service.cli", "planner",
+                                    "--nice", str(planner_nice), "--exit-with-parent"])
+        console.print(f"planner started (pid {planner.pid}, nice {planner_nice})")
     child: subprocess.Popen[bytes] | None = None
     if worker == "yes" or (worker == "auto" and _gpu_present()):
         env = dict(os.environ, KS_URL=f"http://{host}:{port}")
@@ -128,9 +139,54 @@ def serve(
         else:
             uvicorn.run(create_app(settings), host=host, port=port, access_log=access_log)
     finally:
-        if child is not None:
-            child.terminate()
-            child.wait(timeout=30)
+        for proc in (child, planner):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+def planner_cmd(
+    batch: Annotated[int, typer.Option(min=1, max=1000, help="jobs claimed at a time")] = 8,
+    poll_s: Annotated[float, typer.Option(min=0.001, max=60.0,
+                                          help="seconds between looks when no job is marked")
+                      ] = 0.05,
+    nice: Annotated[int, typer.Option(min=0, max=19, help="added to the process's nice value: "
+                                      "on a shared host requests answer first")] = 0,
+    drain: Annotated[bool, typer.Option(help="plan what is marked now, then exit")] = False,
+    exit_with_parent: Annotated[bool, typer.Option(
+        help="stop when the process that started this one is gone (used by serve)")] = False,
+) -> None:
+    """Plan the jobs the API marked (KS_PLANNING=background): Optuna's proposals and tells,
+    verifications and decisions, outside the requests. Several planners may share a database."""
+    from db.engine import Database
+    from service.flow import Flow
+    from service.planner import Planner
+    from service.settings import get_settings
+    from service.tuning import TunerPool, optuna_tuner
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if nice:
+        os.nice(nice)
+    settings = get_settings()
+    kinds.load_plugins(settings.plugin_modules)
+    database = Database(settings.database_url)
+    flow = Flow(database, settings, TunerPool(database.url, optuna_tuner))
+    planner = Planner(flow, batch=batch)
+    stop = threading.Event()
+    if exit_with_parent:
+        threading.Thread(target=_watch_parent, args=(os.getppid(), stop), daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        if drain:
+            planner.drain()
+        else:
+            console.print("planner started: planning the jobs the API marks")
+            planner.run(stop, poll_s=poll_s)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        flow.close()
+    console.print(f"planner done: {planner.planned} jobs planned")
 
 
 def worker_cmd(

@@ -1,0 +1,181 @@
+"""``KS_PLANNING=background``: leases and reports plan nothing, the planner plans the marked jobs.
+
+Tuners are the FAKE tuners of ``tests/conftest.py`` behind a proxy that logs every call with
+whether the planner was running it; measurements are FAKE dicts from the driver.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import select
+
+from db.models import JobRow
+from service.planner import Planner
+from service.settings import ServiceSettings
+
+
+class Watched:
+    """A tuner whose every method call is logged with ``who[0]`` (who is calling)."""
+
+    def __init__(self, inner: Any, calls: list[tuple[str, str]], who: list[str]) -> None:
+        self._inner, self._calls, self._who = inner, calls, who
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._calls.append((name, self._who[0]))
+            return attr(*args, **kwargs)
+        return call
+
+
+class Planning:
+    """The planner of an app, marking the tuner calls it makes as its own."""
+
+    def __init__(self, app: FastAPI, who: list[str]) -> None:
+        self.planner = Planner(app.state.flow)
+        self.who = who
+
+    def drain(self) -> int:
+        self.who[0] = "planner"
+        try:
+            return self.planner.drain()
+        finally:
+            self.who[0] = "request"
+
+
+@pytest.fixture
+def settings(database_url: str) -> ServiceSettings:
+    return ServiceSettings(database_url=database_url, lease_seconds=60, window=4,
+                           max_attempts=3, default_max_trials=8, planning="background")
+
+
+@pytest.fixture
+def calls() -> list[tuple[str, str]]:
+    return []
+
+
+@pytest.fixture
+def who() -> list[str]:
+    return ["request"]
+
+
+@pytest.fixture
+def app(make_app: Any, settings: ServiceSettings, fake_tuners: Any,
+        calls: list[tuple[str, str]], who: list[str]) -> FastAPI:
+    return make_app(settings, lambda *a, **k: Watched(fake_tuners(*a, **k), calls, who))
+
+
+@pytest.fixture
+def planning(app: FastAPI, who: list[str]) -> Planning:
+    return Planning(app, who)
+
+
+def _due(app: FastAPI, job_id: int) -> bool:
+    with app.state.flow.db.read_session() as s:
+        return bool(s.scalar(select(JobRow.plan_due).where(JobRow.id == job_id)))
+
+
+def test_requests_only_mark_and_the_planner_runs_the_job(
+        app: FastAPI, driver: Any, planning: Planning, fake_tuners: Any,
+        calls: list[tuple[str, str]]) -> None:
+    job = driver.submit({"max_trials": 6})
+    w = driver.register()
+    # The first lease binds the job and marks it; its candidates come once it is planned.
+    assert driver.lease(w)["candidates"] == []
+    assert driver.job(job["id"])["status"] == "running" and _due(app, job["id"])
+    assert planning.drain() == 1 and not _due(app, job["id"])
+    grant = driver.lease(w)
+    assert len(grant["candidates"]) == 4  # the window
+    for c in grant["candidates"]:
+        assert driver.report(w, grant["lease_id"], c["id"], driver.fake_ok(10.0 + c["id"])
+                             )["accepted"] == [c["id"]]
+    assert _due(app, job["id"]) and fake_tuners.recorded() == []  # stored, not told yet
+    planning.drain()
+    assert sorted(m.median_us for m in fake_tuners.recorded()) == sorted(
+        10.0 + c["id"] for c in grant["candidates"] if c["backend"] == "triton")
+    for _ in range(20):
+        if driver.job(job["id"])["status"] != "running":
+            break
+        g = driver.lease(w)
+        for c in g["candidates"]:
+            driver.report(w, g["lease_id"], c["id"], driver.fake_ok(10.0 + c["id"]))
+        planning.drain()
+    final = driver.job(job["id"])
+    assert final["status"] == "done" and final["decision"] is not None
+    assert final["progress"]["trials_done"] == 6 and final["progress"]["outstanding"] == 0
+    # Every tuner call (proposals, tells) came from the planner, none from a request.
+    assert calls and {who for _, who in calls} == {"planner"}, calls
+
+
+def test_a_result_stored_before_a_crash_is_told_by_the_next_planner(
+        app: FastAPI, make_app: Any, settings: ServiceSettings, driver: Any,
+        planning: Planning, fake_tuners: Any, who: list[str]) -> None:
+    job = driver.submit({"max_trials": 4})
+    w = driver.register()
+    driver.lease(w)
+    planning.drain()
+    grant = driver.lease(w)
+    c = next(c for c in grant["candidates"] if c["backend"] == "triton")
+    driver.report(w, grant["lease_id"], c["id"], driver.fake_ok(7.0))
+    # The API process dies here, before any planner ran: the mark is in the database.
+    app.state.flow.close()
+    restarted = make_app(settings)
+    assert _due(restarted, job["id"])
+    Planning(restarted, who).drain()
+    assert [m.median_us for m in fake_tuners.recorded()] == [7.0]
+
+
+def test_the_planner_finishes_a_job_out_of_time(app: FastAPI, driver: Any,
+                                               planning: Planning, clock: Any) -> None:
+    job = driver.submit({"max_trials": 50, "max_seconds": 30})
+    w = driver.register()
+    driver.lease(w)
+    planning.drain()
+    grant = driver.lease(w)
+    for c in grant["candidates"]:
+        driver.report(w, grant["lease_id"], c["id"], driver.fake_ok(5.0 + c["id"]))
+    planning.drain()
+    assert driver.job(job["id"])["status"] == "running"
+    clock.advance(31)
+    # No request comes: the planner's deadline check alone ends the job.
+    fresh = Planner(app.state.flow)
+    fresh.step()
+    fresh.drain()
+    assert driver.job(job["id"])["status"] in ("done", "failed")
+
+
+def test_an_expired_lease_marks_the_job(app: FastAPI, driver: Any, planning: Planning,
+                                        clock: Any) -> None:
+    job = driver.submit({"max_trials": 4})
+    a, b = driver.register("a"), driver.register("b")
+    driver.lease(a)
+    planning.drain()
+    first = driver.lease(a)
+    assert first["candidates"] and not _due(app, job["id"])
+    clock.advance(61)
+    again = driver.lease(b)  # takes back the expired lease, then leases the same candidates
+    assert sorted(c["id"] for c in again["candidates"]) == sorted(
+        c["id"] for c in first["candidates"])
+    assert _due(app, job["id"])
+
+
+def test_cancel_marks_and_the_planner_closes_the_trials(
+        app: FastAPI, driver: Any, planning: Planning, fake_tuners: Any,
+        client: Any) -> None:
+    job = driver.submit({"max_trials": 6})
+    w = driver.register()
+    driver.lease(w)
+    planning.drain()
+    assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 200
+    assert _due(app, job["id"])
+    tiers = list(fake_tuners.tiers.values())
+    assert all(t.abandoned == [] for t in tiers)
+    planning.drain()
+    proposed = sorted(n for t in tiers for n in range(t.trials))
+    assert proposed and sorted(n for t in tiers for n in t.abandoned) == proposed
