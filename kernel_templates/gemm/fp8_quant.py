@@ -54,13 +54,18 @@ import triton.language as tl
 
 from kernel_templates.gemm.host import sm_count
 
-__all__ = ["E4M3_MAX", "MODES", "panel_programs", "quantise", "quantise_pair_panel",
-           "quantise_rows", "quantise_rows_panel", "quantise_tensor", "row_stride"]
+__all__ = ["E4M3_MAX", "MODES", "PANEL_STAGES", "panel_programs", "quantise",
+           "quantise_pair_panel", "quantise_rows", "quantise_rows_panel", "quantise_tensor",
+           "row_stride"]
 
 #: The largest finite e4m3 magnitude: the scales map each row's (tensor's) amax there.
 E4M3_MAX = 448.0
 #: Quantisation modes: two passes over tiles (per row or per tensor), or panels (per row).
 MODES = ("two_pass", "panel")
+#: Software-pipeline depth of the panel kernel's two walks over K (``tl.range``'s
+#: ``num_stages``: on sm_90 the loads of the next chunks go out as ``cp.async`` into shared
+#: memory while this chunk is reduced or cast; 1: one chunk's loads in flight at a time).
+PANEL_STAGES = 2
 
 
 @triton.jit
@@ -154,6 +159,7 @@ def _cast_kernel(
 def _quantise_panel(
     x_ptr, q_ptr, s_ptr, panel, R, K, stride_xr, stride_xk, stride_qr,
     BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+    STAGES: tl.constexpr,
 ):  # fmt: skip
     # Rows [panel * BLOCK_R, +BLOCK_R) of X: their amax over K in registers, then the scales
     # and the cast, walking K backwards (what the first walk read last comes first).
@@ -161,7 +167,7 @@ def _quantise_panel(
     row_ok = rows < R
     x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xr
     amax = tl.zeros((BLOCK_R,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
         cols = k0 + tl.arange(0, BLOCK_K)
         mask = row_ok[:, None] & (cols[None, :] < K)
         x = tl.load(x_rows + cols[None, :] * stride_xk, mask=mask, other=0.0).to(tl.float32)
@@ -171,7 +177,7 @@ def _quantise_panel(
     tl.store(s_ptr + rows, tl.where(nonzero, tl.math.div_rn(amax, 448.0), 1.0), mask=row_ok)
     q_rows = q_ptr + rows.to(tl.int64)[:, None] * stride_qr
     last = tl.cdiv(K, BLOCK_K) - 1
-    for kk in range(0, last + 1):
+    for kk in tl.range(0, last + 1, num_stages=STAGES):
         cols = (last - kk) * BLOCK_K + tl.arange(0, BLOCK_K)
         mask = row_ok[:, None] & (cols[None, :] < K)
         x = tl.load(x_rows + cols[None, :] * stride_xk, mask=mask, other=0.0).to(tl.float32)
@@ -182,10 +188,11 @@ def _quantise_panel(
 def _row_panel_kernel(
     x_ptr, q_ptr, s_ptr, R, K, stride_xr, stride_xk, stride_qr,
     BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+    STAGES: tl.constexpr,
 ):  # fmt: skip
     for panel in range(tl.program_id(0), tl.cdiv(R, BLOCK_R), tl.num_programs(0)):
         _quantise_panel(x_ptr, q_ptr, s_ptr, panel, R, K, stride_xr, stride_xk, stride_qr,
-                        BLOCK_R, BLOCK_K, ROUND_IN_FP32)
+                        BLOCK_R, BLOCK_K, ROUND_IN_FP32, STAGES)
 
 
 @triton.jit
@@ -193,16 +200,17 @@ def _pair_panel_kernel(
     a_ptr, qa_ptr, sa_ptr, RA, stride_ar, stride_ak, stride_qar,
     b_ptr, qb_ptr, sb_ptr, RB, stride_br, stride_bk, stride_qbr, K,
     BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+    STAGES: tl.constexpr,
 ):  # fmt: skip
     # Panels [0, PA) are A's, [PA, PA + PB) B's; each program walks pid, pid + programs, ...
     pa = tl.cdiv(RA, BLOCK_R)
     for panel in range(tl.program_id(0), pa + tl.cdiv(RB, BLOCK_R), tl.num_programs(0)):
         if panel < pa:
             _quantise_panel(a_ptr, qa_ptr, sa_ptr, panel, RA, K, stride_ar, stride_ak,
-                            stride_qar, BLOCK_R, BLOCK_K, ROUND_IN_FP32)
+                            stride_qar, BLOCK_R, BLOCK_K, ROUND_IN_FP32, STAGES)
         else:
             _quantise_panel(b_ptr, qb_ptr, sb_ptr, panel - pa, RB, K, stride_br, stride_bk,
-                            stride_qbr, BLOCK_R, BLOCK_K, ROUND_IN_FP32)
+                            stride_qbr, BLOCK_R, BLOCK_K, ROUND_IN_FP32, STAGES)
 
 
 def row_stride(k: int) -> int:
@@ -281,7 +289,9 @@ def panel_programs(device: torch.device, panels: int, panel_bytes: int) -> int:
     return max(1, triton.cdiv(panels, waves))
 
 
-def _check_panel_tiles(block_r: int, block_k: int) -> None:
+def _check_panel_tiles(block_r: int, block_k: int, stages: int) -> None:
+    if stages < 1:
+        raise ValueError(f"stages must be at least 1, got {stages}")
     for name, v in (("block_r", block_r), ("block_k", block_k)):
         if v <= 0 or v & (v - 1):
             raise ValueError(f"{name} must be a positive power of two, got {v}")
@@ -289,34 +299,37 @@ def _check_panel_tiles(block_r: int, block_k: int) -> None:
 
 def quantise_rows_panel(x: torch.Tensor, *, block_r: int, block_k: int, num_warps: int,
                         q: torch.Tensor | None = None, scale: torch.Tensor | None = None,
-                        programs: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                        programs: int | None = None, stages: int = PANEL_STAGES
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q, scale)``: ``x`` ([R, K], any strides) quantised with one scale per row, bit for
     bit as ``quantise_rows``, in one persistent launch over panels of ``block_r`` rows
-    (``programs``: how many; default ``panel_programs``)."""
-    _check_panel_tiles(block_r, block_k)
+    (``programs``: how many; default ``panel_programs``; ``stages``: ``PANEL_STAGES``)."""
+    _check_panel_tiles(block_r, block_k, stages)
     q, scale = _buffers(x, q, scale, x.shape[0])
     r, k = x.shape
     panels = triton.cdiv(r, block_r)
     grid = programs or panel_programs(x.device, panels, block_r * k * (x.element_size() + 1))
     _row_panel_kernel[(max(1, min(grid, panels)),)](
         x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0), BLOCK_R=block_r,
-        BLOCK_K=block_k, ROUND_IN_FP32=x.device.type != "cuda", num_warps=num_warps)
+        BLOCK_K=block_k, ROUND_IN_FP32=x.device.type != "cuda", STAGES=stages,
+        num_warps=num_warps)
     return q, scale
 
 
 def quantise_pair_panel(a: torch.Tensor, b: torch.Tensor, *, block_r: int, block_k: int,
                         num_warps: int, qa: torch.Tensor | None = None,
                         sa: torch.Tensor | None = None, qb: torch.Tensor | None = None,
-                        sb: torch.Tensor | None = None, programs: int | None = None
+                        sb: torch.Tensor | None = None, programs: int | None = None,
+                        stages: int = PANEL_STAGES
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(qa, sa, qb, sb)``: ``a`` ([RA, K]) and ``b`` ([RB, K]; a product's ``B^T``), any
     strides, each quantised with one scale per row, bit for bit as ``quantise_rows``, in one
     launch: programs walk A's panels, then B's (``programs``: how many; default
-    ``panel_programs``)."""
+    ``panel_programs``; ``stages``: ``PANEL_STAGES``)."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1] or a.device != b.device:
         raise ValueError(f"quantise_pair_panel takes [RA, K] and [RB, K] on one device, got "
                          f"{tuple(a.shape)} on {a.device} and {tuple(b.shape)} on {b.device}")
-    _check_panel_tiles(block_r, block_k)
+    _check_panel_tiles(block_r, block_k, stages)
     qa, sa = _buffers(a, qa, sa, a.shape[0])
     qb, sb = _buffers(b, qb, sb, b.shape[0])
     (ra, k), rb = a.shape, b.shape[0]
@@ -327,7 +340,7 @@ def quantise_pair_panel(a: torch.Tensor, b: torch.Tensor, *, block_r: int, block
         a, qa, sa, ra, a.stride(0), a.stride(1), qa.stride(0),
         b, qb, sb, rb, b.stride(0), b.stride(1), qb.stride(0), k,
         BLOCK_R=block_r, BLOCK_K=block_k, ROUND_IN_FP32=a.device.type != "cuda",
-        num_warps=num_warps)
+        STAGES=stages, num_warps=num_warps)
     return qa, sa, qb, sb
 
 
