@@ -28,6 +28,9 @@ the whole matrix instead (``scale`` has one element).
   ``pid, pid + programs, ...``; with one program per panel, as many panels as the SMs hold
   at once would be live, which at large K is more than L2 holds (and the share of a
   program's panel read back from DRAM would depend on the occupancy, not on the config).
+  Both walks are software-pipelined (``tl.range(num_stages=STAGES)``: on sm_90 the next
+  chunks' loads go out as ``cp.async`` while this one is reduced or cast), so a program keeps
+  several chunks in flight without needing many co-resident programs.
   The pair launch gives programs ``[0, PA)`` A's panels and ``[PA, PA + PB)`` B's (panels,
   for the persistent walk); the two operands are separate branches of the kernel, so each
   is compiled for its own strides (A's K stride is 1, B^T's row stride is 1). The results
