@@ -325,7 +325,11 @@ def test_the_lowered_space_seeds_panels_and_searches_both_modes() -> None:
     assert set(dims["Q_MODE"]) == {"panel", "two_pass"} and "Q_MODE" in fp8_space.params(p)
     seeds = fp8_space.seeds(p)
     assert seeds and all(s["Q_MODE"] == "panel" and s["SCALES"] == "row" for s in seeds)
-    assert seeds[0]["Q_BLOCK_K"] == 256
+    assert seeds[0]["Q_BLOCK_K"] == 256 and seeds[0]["Q_BLOCK_R"] == 16
+    # a panel per SM of an H100 within half its L2: 16 rows at K = 4096, 8 at 8192
+    assert [fp8_space.panel_rows(k) for k in (4096, 8192, 32768)] == [16, 8, 4]
+    big = fp8_space.seeds(GemmProblem(m=8192, n=8192, k=8192, dtype="bf16"))[0]
+    assert big["Q_MODE"] == "panel" and big["Q_BLOCK_R"] == 8
     small = fp8_space.seeds(GemmProblem(m=64, n=48, k=80, dtype="fp16"))
     assert small and small[0]["Q_MODE"] == "panel" and small[0]["Q_BLOCK_K"] == 128
     tensor = {**seeds[0], "SCALES": "tensor"}

@@ -39,7 +39,7 @@ from search.optimizer import Choice
 
 __all__ = ["DEFAULTS", "LOWERED", "LOWERED_DEFAULTS", "PANEL_SEED", "PARAMS", "Q_MODES",
            "Q_PARAMS", "SCALES", "TIER", "TIER_WEIGHT", "complete", "lowered", "params",
-           "q_mode_refusal", "seeds", "space", "tier_plan", "violations"]
+           "panel_rows", "q_mode_refusal", "seeds", "space", "tier_plan", "violations"]
 
 #: The tier's name (its trials run on the ``triton`` backend).
 TIER = "fp8"
@@ -233,16 +233,28 @@ _SMALL = [
 ]
 
 
-#: The quantisation of the lowered seeds (``Q_BLOCK_K`` 128 where K is under 256).
+#: The quantisation of the lowered seeds (``Q_BLOCK_R`` from ``panel_rows``, ``Q_BLOCK_K`` 128
+#: where K is under 256).
 PANEL_SEED: dict[str, Any] = {"Q_MODE": "panel", "Q_BLOCK_R": 16, "Q_BLOCK_K": 256, "Q_WARPS": 4}
+#: An H100's SMs and half its L2: what the seeds' panels in flight should fit in.
+_H100_SMS, _HALF_L2 = 132, 25 << 20
+
+
+def panel_rows(k: int) -> int:
+    """The seeds' ``Q_BLOCK_R``: the largest of 16, 8, 4 rows whose panels (K bf16/fp16 values
+    in, K fp8 out), one per SM of an H100, fill at most half its L2, so that a panel is still
+    there when its program walks it again (16 at K = 4096, 8 at 8192)."""
+    for rows in (16, 8):
+        if _H100_SMS * rows * k * 3 <= _HALF_L2:
+            return rows
+    return 4
 
 
 def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
     """Starting points (the Triton tutorials' fp8 tiles: 128x256x128 with 8 warps for large
     shapes, smaller tiles for small ones), each with fp32 accumulation and with the tensor
-    cores' fast accumulation, tiled and persistent; lowered, quantising in panels of 16 rows
-    (``PANEL_SEED``: at 4096 columns of bf16, an SM's worth of panels stays within half an
-    H100's L2). Complete configurations within the space."""
+    cores' fast accumulation, tiled and persistent; lowered, quantising in panels
+    (``PANEL_SEED``, with ``panel_rows``). Complete configurations within the space."""
     big = problem.m * problem.n >= 132 * 128 * 128
     ordered = _BIG + _SMALL if big else _SMALL + _BIG
     out: list[dict[str, Any]] = []
@@ -253,7 +265,8 @@ def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
     legal = {c.name: set(c.values) for c in space(problem)}
     is_lowered = lowered(problem)
     if is_lowered:
-        panel = {**PANEL_SEED, "Q_BLOCK_K": 256 if problem.k >= 256 else 128}
+        panel = {**PANEL_SEED, "Q_BLOCK_R": panel_rows(problem.k),
+                 "Q_BLOCK_K": 256 if problem.k >= 256 else 128}
         out = [{**s, **panel} for s in out]
     done = [complete(s, is_lowered) for s in out]
     fits = DeviceLimits()  # an H100's: the seeds are what fits there
