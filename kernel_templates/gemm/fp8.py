@@ -28,7 +28,9 @@ Configuration keys (``search.kinds.gemm.fp8_space``): ``BLOCK_M``, ``BLOCK_N``, 
   accumulator keeps about 14 bits, so over a long K it would drift); 1 keeps the sums in the
   tensor cores throughout (Triton's default on sm_90, ``torch._scaled_mm(use_fast_accum=True)``);
 - ``TMA_STORE`` (0/1): the output through a TMA descriptor (its rows must be 16-byte aligned);
-- lowered only: ``PRECISION`` (``"fp8_e4m3"``), ``SCALES`` (``"row"``, ``"tensor"``) and the
+- lowered only: ``PRECISION`` (``"fp8_e4m3"``), ``SCALES`` (``"row"``, ``"tensor"``),
+  ``Q_MODE`` (``"two_pass"``, the default: amax and cast launches per operand; ``"panel"``:
+  one launch quantising both operands in panels of whole rows, per-row scales only) and the
   quantisation kernels' ``Q_BLOCK_R``, ``Q_BLOCK_K``, ``Q_WARPS``.
 
 The interpreter runs every path (it ignores ``num_ctas`` and the accumulation setting).
@@ -44,7 +46,7 @@ import triton.language as tl
 
 from kernel_templates.errors import Unsupported
 from kernel_templates.gemm.fp8_config import check_config
-from kernel_templates.gemm.fp8_quant import quantise, row_stride
+from kernel_templates.gemm.fp8_quant import quantise, quantise_pair_panel, row_stride
 from kernel_templates.gemm.host import cached_buffer, cc_major, sm_count
 from kernel_templates.gemm.triton import _store_c, _tile_coords
 
@@ -212,7 +214,8 @@ def lowered_matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
                    out: torch.Tensor) -> torch.Tensor:
     """``out ≈ a @ b`` for bf16/fp16 ``a`` ``[M, K]`` and ``b`` ``[K, N]`` (any layouts)
     computed in fp8 e4m3: both quantised (``config["SCALES"]``: per row of A and column of B,
-    or per tensor), multiplied, and dequantised into ``out`` (bf16, fp16 or fp32)."""
+    or per tensor; ``config["Q_MODE"]``: how), multiplied, and dequantised into ``out``
+    (bf16, fp16 or fp32)."""
     cfg = check_config(config, lowered=True)
     a2, b2, out2 = _2d(a, "A"), _2d(b, "B"), _2d(out, "the output")
     if a2.dtype not in (torch.bfloat16, torch.float16) or b2.dtype != a2.dtype:
@@ -224,6 +227,9 @@ def lowered_matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     qa, qb, sa, sb, amax_a, amax_b = _quantised_buffers(a2.device, m, n, k)
     per_row = cfg["SCALES"] == "row"
     q = {"block_r": cfg["Q_BLOCK_R"], "block_k": cfg["Q_BLOCK_K"], "num_warps": cfg["Q_WARPS"]}
+    if cfg["Q_MODE"] == "panel":  # per row (check_config refuses it with SCALES="tensor")
+        qa, sa, qb, sb = quantise_pair_panel(a2, b2.T, qa=qa, sa=sa, qb=qb, sb=sb, **q)
+        return fp8_gemm(qa, qb, sa, sb, cfg, out2)
     qa, sa = quantise(a2, cfg["SCALES"], q=qa, scale=sa if per_row else sa[:1],
                       amax=amax_a if per_row else amax_a[:1], **q)
     qb, sb = quantise(b2.T, cfg["SCALES"], q=qb, scale=sb if per_row else sb[:1],

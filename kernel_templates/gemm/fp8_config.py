@@ -13,8 +13,10 @@ from search.kinds.gemm.fp8_space import (
     DEFAULTS,
     LOWERED,
     LOWERED_DEFAULTS,
+    Q_MODES,
     SCALES,
     complete,
+    q_mode_refusal,
 )
 
 __all__ = ["CONFIG_KEYS", "LOWERED_KEYS", "OPTIONAL_KEYS", "check_config", "is_lowered"]
@@ -66,6 +68,12 @@ def check_config(config: dict[str, Any], lowered: bool) -> dict[str, Any]:
     if full["SCALES"] not in SCALES:
         raise InvalidConfig(f"SCALES must be one of {list(SCALES)}, got {full['SCALES']!r}")
     cfg["PRECISION"], cfg["SCALES"] = full["PRECISION"], full["SCALES"]
+    if full["Q_MODE"] not in Q_MODES:
+        raise InvalidConfig(f"Q_MODE must be one of {list(Q_MODES)}, got {full['Q_MODE']!r}")
+    why = q_mode_refusal(full)
+    if why:
+        raise InvalidConfig(why)
+    cfg["Q_MODE"] = full["Q_MODE"]
     for key in ("Q_BLOCK_R", "Q_BLOCK_K", "Q_WARPS"):
         v = full[key]
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v & (v - 1):

@@ -17,6 +17,25 @@ the whole matrix instead (``scale`` has one element).
   the shape, and for B (rows of ``B^T``, contiguous across rows) a ``BLOCK_R`` of 32 or more
   reads whole sectors; the second pass mostly reads what the first left in L2.
 - per tensor (``quantise_tensor``): the same two launches with one amax for the matrix.
+- per row in panels (``quantise_rows_panel``, and ``quantise_pair_panel`` for both operands
+  of a product in one launch): each program owns a panel of ``BLOCK_R`` whole rows and walks
+  K twice in ``BLOCK_K`` chunks: the first walk reduces the rows' amax in registers (no
+  atomics, no zeroing launch), the second re-reads the panel, writes the rows' scales and
+  casts. The second walk runs backwards over K, so the chunks it reads first are the ones the
+  first walk read last (the likeliest still in L2). ``X`` is read from DRAM once as long as
+  every panel in flight stays in L2 between its two walks, so the launch is persistent: at
+  most ``L2 / 2 / panel_bytes`` programs (never fewer than the SMs), each walking panels
+  ``pid, pid + programs, ...``; with one program per panel, as many panels as the SMs hold
+  at once would be live, which at large K is more than L2 holds (and the share of a
+  program's panel read back from DRAM would depend on the occupancy, not on the config).
+  Both walks are software-pipelined (``tl.range(num_stages=STAGES)``: on sm_90 the next
+  chunks' loads go out as ``cp.async`` while this one is reduced or cast), so a program keeps
+  several chunks in flight without needing many co-resident programs.
+  The pair launch gives programs ``[0, PA)`` A's panels and ``[PA, PA + PB)`` B's (panels,
+  for the persistent walk); the two operands are separate branches of the kernel, so each
+  is compiled for its own strides (A's K stride is 1, B^T's row stride is 1). The results
+  are bit for bit the per-row two-pass path's: the same amax (a maximum does not depend on
+  the order), the same scale and cast expressions.
 
 The fp8 rows are written into a buffer whose leading dimension is K rounded up to 16, so a TMA
 descriptor can describe them (16-byte aligned rows); the tail is never read (the descriptor's
@@ -36,10 +55,20 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["E4M3_MAX", "quantise", "quantise_rows", "quantise_tensor", "row_stride"]
+from kernel_templates.gemm.host import sm_count
+
+__all__ = ["E4M3_MAX", "MODES", "PANEL_STAGES", "panel_programs", "quantise",
+           "quantise_pair_panel", "quantise_rows", "quantise_rows_panel", "quantise_tensor",
+           "row_stride"]
 
 #: The largest finite e4m3 magnitude: the scales map each row's (tensor's) amax there.
 E4M3_MAX = 448.0
+#: Quantisation modes: two passes over tiles (per row or per tensor), or panels (per row).
+MODES = ("two_pass", "panel")
+#: Software-pipeline depth of the panel kernel's two walks over K (``tl.range``'s
+#: ``num_stages``: on sm_90 the loads of the next chunks go out as ``cp.async`` into shared
+#: memory while this chunk is reduced or cast; 1: one chunk's loads in flight at a time).
+PANEL_STAGES = 2
 
 
 @triton.jit
@@ -129,6 +158,64 @@ def _cast_kernel(
              _to_e4m3(x * inv, ROUND_IN_FP32), mask=mask)
 
 
+@triton.jit
+def _quantise_panel(
+    x_ptr, q_ptr, s_ptr, panel, R, K, stride_xr, stride_xk, stride_qr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+    STAGES: tl.constexpr,
+):  # fmt: skip
+    # Rows [panel * BLOCK_R, +BLOCK_R) of X: their amax over K in registers, then the scales
+    # and the cast, walking K backwards (what the first walk read last comes first).
+    rows = panel * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < R
+    x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xr
+    amax = tl.zeros((BLOCK_R,), dtype=tl.float32)
+    for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        mask = row_ok[:, None] & (cols[None, :] < K)
+        x = tl.load(x_rows + cols[None, :] * stride_xk, mask=mask, other=0.0).to(tl.float32)
+        amax = tl.maximum(amax, tl.max(tl.abs(x), axis=1))
+    nonzero = amax > 0
+    inv = tl.where(nonzero, tl.math.div_rn(448.0, tl.where(nonzero, amax, 1.0)), 1.0)
+    tl.store(s_ptr + rows, tl.where(nonzero, tl.math.div_rn(amax, 448.0), 1.0), mask=row_ok)
+    q_rows = q_ptr + rows.to(tl.int64)[:, None] * stride_qr
+    last = tl.cdiv(K, BLOCK_K) - 1
+    for kk in tl.range(0, last + 1, num_stages=STAGES):
+        cols = (last - kk) * BLOCK_K + tl.arange(0, BLOCK_K)
+        mask = row_ok[:, None] & (cols[None, :] < K)
+        x = tl.load(x_rows + cols[None, :] * stride_xk, mask=mask, other=0.0).to(tl.float32)
+        tl.store(q_rows + cols[None, :], _to_e4m3(x * inv[:, None], ROUND_IN_FP32), mask=mask)
+
+
+@triton.jit
+def _row_panel_kernel(
+    x_ptr, q_ptr, s_ptr, R, K, stride_xr, stride_xk, stride_qr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+    STAGES: tl.constexpr,
+):  # fmt: skip
+    for panel in range(tl.program_id(0), tl.cdiv(R, BLOCK_R), tl.num_programs(0)):
+        _quantise_panel(x_ptr, q_ptr, s_ptr, panel, R, K, stride_xr, stride_xk, stride_qr,
+                        BLOCK_R, BLOCK_K, ROUND_IN_FP32, STAGES)
+
+
+@triton.jit
+def _pair_panel_kernel(
+    a_ptr, qa_ptr, sa_ptr, RA, stride_ar, stride_ak, stride_qar,
+    b_ptr, qb_ptr, sb_ptr, RB, stride_br, stride_bk, stride_qbr, K,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+    STAGES: tl.constexpr,
+):  # fmt: skip
+    # Panels [0, PA) are A's, [PA, PA + PB) B's; each program walks pid, pid + programs, ...
+    pa = tl.cdiv(RA, BLOCK_R)
+    for panel in range(tl.program_id(0), pa + tl.cdiv(RB, BLOCK_R), tl.num_programs(0)):
+        if panel < pa:
+            _quantise_panel(a_ptr, qa_ptr, sa_ptr, panel, RA, K, stride_ar, stride_ak,
+                            stride_qar, BLOCK_R, BLOCK_K, ROUND_IN_FP32, STAGES)
+        else:
+            _quantise_panel(b_ptr, qb_ptr, sb_ptr, panel - pa, RB, K, stride_br, stride_bk,
+                            stride_qbr, BLOCK_R, BLOCK_K, ROUND_IN_FP32, STAGES)
+
+
 def row_stride(k: int) -> int:
     """The leading dimension of a quantised operand: K rounded up to 16 (16-byte rows)."""
     return -(-k // 16) * 16
@@ -191,17 +278,96 @@ def quantise_tensor(x: torch.Tensor, *, block_r: int, block_k: int, num_warps: i
                        num_warps=num_warps, q=q, scale=scale, amax=amax)
 
 
+def panel_programs(device: torch.device, panels: int, panel_bytes: int) -> int:
+    """Programs of a persistent panel launch: at most as many panels in flight as half the L2
+    holds (``panel_bytes``: a panel's input and fp8 output), but never fewer than the SMs, and
+    the panels spread evenly (every program walks the same number, give or take one). The
+    interpreter gets ``sm_count``'s few programs, so its runs walk several panels each."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        cap = max(props.multi_processor_count, props.L2_cache_size // 2 // max(1, panel_bytes))
+    else:
+        cap = sm_count(device)
+    waves = max(1, triton.cdiv(panels, cap))
+    return max(1, triton.cdiv(panels, waves))
+
+
+def _check_panel_tiles(block_r: int, block_k: int, stages: int) -> None:
+    if stages < 1:
+        raise ValueError(f"stages must be at least 1, got {stages}")
+    for name, v in (("block_r", block_r), ("block_k", block_k)):
+        if v <= 0 or v & (v - 1):
+            raise ValueError(f"{name} must be a positive power of two, got {v}")
+
+
+def quantise_rows_panel(x: torch.Tensor, *, block_r: int, block_k: int, num_warps: int,
+                        q: torch.Tensor | None = None, scale: torch.Tensor | None = None,
+                        programs: int | None = None, stages: int = PANEL_STAGES
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(q, scale)``: ``x`` ([R, K], any strides) quantised with one scale per row, bit for
+    bit as ``quantise_rows``, in one persistent launch over panels of ``block_r`` rows
+    (``programs``: how many; default ``panel_programs``; ``stages``: ``PANEL_STAGES``)."""
+    _check_panel_tiles(block_r, block_k, stages)
+    q, scale = _buffers(x, q, scale, x.shape[0])
+    r, k = x.shape
+    panels = triton.cdiv(r, block_r)
+    grid = programs or panel_programs(x.device, panels, block_r * k * (x.element_size() + 1))
+    _row_panel_kernel[(max(1, min(grid, panels)),)](
+        x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0), BLOCK_R=block_r,
+        BLOCK_K=block_k, ROUND_IN_FP32=x.device.type != "cuda", STAGES=stages,
+        num_warps=num_warps)
+    return q, scale
+
+
+def quantise_pair_panel(a: torch.Tensor, b: torch.Tensor, *, block_r: int, block_k: int,
+                        num_warps: int, qa: torch.Tensor | None = None,
+                        sa: torch.Tensor | None = None, qb: torch.Tensor | None = None,
+                        sb: torch.Tensor | None = None, programs: int | None = None,
+                        stages: int = PANEL_STAGES
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(qa, sa, qb, sb)``: ``a`` ([RA, K]) and ``b`` ([RB, K]; a product's ``B^T``), any
+    strides, each quantised with one scale per row, bit for bit as ``quantise_rows``, in one
+    launch: programs walk A's panels, then B's (``programs``: how many; default
+    ``panel_programs``; ``stages``: ``PANEL_STAGES``)."""
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1] or a.device != b.device:
+        raise ValueError(f"quantise_pair_panel takes [RA, K] and [RB, K] on one device, got "
+                         f"{tuple(a.shape)} on {a.device} and {tuple(b.shape)} on {b.device}")
+    _check_panel_tiles(block_r, block_k, stages)
+    qa, sa = _buffers(a, qa, sa, a.shape[0])
+    qb, sb = _buffers(b, qb, sb, b.shape[0])
+    (ra, k), rb = a.shape, b.shape[0]
+    panels = triton.cdiv(ra, block_r) + triton.cdiv(rb, block_r)
+    elt = max(a.element_size(), b.element_size())
+    grid = programs or panel_programs(a.device, panels, block_r * k * (elt + 1))
+    _pair_panel_kernel[(max(1, min(grid, panels)),)](
+        a, qa, sa, ra, a.stride(0), a.stride(1), qa.stride(0),
+        b, qb, sb, rb, b.stride(0), b.stride(1), qb.stride(0), k,
+        BLOCK_R=block_r, BLOCK_K=block_k, ROUND_IN_FP32=a.device.type != "cuda",
+        STAGES=stages, num_warps=num_warps)
+    return qa, sa, qb, sb
+
+
 def quantise(x: torch.Tensor, scales: str, *, block_r: int, block_k: int, num_warps: int,
              q: torch.Tensor | None = None, scale: torch.Tensor | None = None,
-             amax: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x`` quantised with ``scales`` ``"row"`` (one scale per row) or ``"tensor"``;
-    ``amax``: the work buffer (R elements per row, one per tensor)."""
+             amax: torch.Tensor | None = None, mode: str = "two_pass"
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` quantised with ``scales`` ``"row"`` (one scale per row) or ``"tensor"``, by
+    ``mode`` (``MODES``: ``"panel"`` is per row only); ``amax``: the two-pass work buffer (R
+    elements per row, one per tensor; the panel mode needs none)."""
     if x.dim() != 2:
         raise ValueError(f"quantise takes a 2-D [R, K] operand, got {x.dim()}-D")
+    if scales not in ("row", "tensor"):
+        raise ValueError(f"scales must be 'row' or 'tensor', got {scales!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
+    if mode == "panel":
+        if scales != "row":
+            raise ValueError("mode 'panel' quantises per row; per-tensor scales take mode "
+                             "'two_pass'")
+        return quantise_rows_panel(x, block_r=block_r, block_k=block_k, num_warps=num_warps,
+                                   q=q, scale=scale)
     if scales == "row":
         return quantise_rows(x, block_r=block_r, block_k=block_k, num_warps=num_warps, q=q,
                              scale=scale, amax=amax)
-    if scales == "tensor":
-        return quantise_tensor(x, block_r=block_r, block_k=block_k, num_warps=num_warps, q=q,
-                               scale=scale, amax=amax)
-    raise ValueError(f"scales must be 'row' or 'tensor', got {scales!r}")
+    return quantise_tensor(x, block_r=block_r, block_k=block_k, num_warps=num_warps, q=q,
+                           scale=scale, amax=amax)

@@ -14,11 +14,12 @@ from scripts.bench import (
     fp8_error,
     gemm,
     precision,
+    quant,
 )
 
 COMMANDS = {"gemm": gemm, "agent": agent, "attention": attention,
             "attention-sweep": attention_sweep, "precision": precision,
-            "fp8-error": fp8_error, "cutlass-cache": cutlass_cache}
+            "fp8-error": fp8_error, "cutlass-cache": cutlass_cache, "quant": quant}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,9 @@ NaN-poisoned output, the float64 reference, then the timing).
 - the accumulation setting does something: fp32 promotion (``FAST_ACC=0``) errs less than
   the tensor cores' own accumulator over a long K;
 - bf16 lowered to fp8: the error e4m3 rounding gives on the stated inputs (~0.037), well under
-  the worker's lenient check, so the policy's bound decides."""
+  the worker's lenient check, so the policy's bound decides;
+- the panel quantisation (``Q_MODE="panel"``: both operands in one launch) bit for bit the
+  two-pass one, alone and through ``lowered_matmul``, whose products are then identical."""
 
 from __future__ import annotations
 
@@ -18,7 +20,13 @@ from typing import Any
 import pytest
 import torch
 
-from kernel_templates.gemm.fp8_quant import quantise
+from kernel_templates.gemm.fp8 import lowered_matmul
+from kernel_templates.gemm.fp8_quant import (
+    quantise,
+    quantise_pair_panel,
+    quantise_rows,
+    quantise_rows_panel,
+)
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import FP8_TOLERANCE, rel_error
 from search.kinds.gemm import fp8_space
@@ -120,6 +128,79 @@ def test_bf16_lowered_to_fp8(m: int, n: int, k: int, layouts: str) -> None:
     lay = {"r": "row", "c": "col"}
     p = GemmProblem(m=m, n=n, k=k, dtype="bf16", layout_a=lay[layouts[0]],
                     layout_b=lay[layouts[1]])
-    for config in fp8_space.seeds(p)[:3] + [{**fp8_space.seeds(p)[0], "SCALES": "tensor"}]:
+    first = fp8_space.seeds(p)[0]
+    assert first["Q_MODE"] == "panel"
+    for config in fp8_space.seeds(p)[:3] + [{**first, "Q_MODE": "two_pass"},
+                                             {**first, "Q_MODE": "two_pass", "SCALES": "tensor"}]:
         got = measure(p, config)
         assert 0.02 < got.rel_error < 0.06, (config, got.rel_error)
+
+
+def _gpu_operand(r: int, k: int, transposed: bool, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Normal values with an all-zero row, a row 1e3 times larger and one among e4m3's
+    subnormals; ``transposed``: a view of a ``[K, R]`` matrix (rows contiguous across rows)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn((k, r) if transposed else (r, k), generator=g, device="cuda").to(dtype)
+    x = x.T if transposed else x
+    x[1] = 0
+    x[2] *= 1e3
+    x[3, 5] = 1e-3 * float(x[3].abs().max())
+    return x
+
+
+PANEL_TILES = [(16, 256, 4, 2), (16, 256, 4, 1), (8, 512, 4, 3), (32, 128, 8, 2),
+               (64, 64, 4, 2)]
+
+
+@pytest.mark.parametrize(("block_r", "block_k", "warps", "stages"), PANEL_TILES)
+@pytest.mark.parametrize(("r", "k", "transposed"), [(4096, 4096, False), (4096, 4096, True),
+                                                    (3000, 2000, True), (16, 8192, False),
+                                                    (8192, 8192, True)])
+@pytest.mark.parametrize("programs", [None, 7])
+def test_panels_are_bitwise_the_two_pass_path_on_the_gpu(r: int, k: int, transposed: bool,
+                                                         block_r: int, block_k: int, warps: int,
+                                                         stages: int,
+                                                         programs: int | None) -> None:
+    x = _gpu_operand(r, k, transposed, torch.bfloat16, seed=r + k)
+    want_q, want_s = quantise_rows(x, block_r=4, block_k=512, num_warps=4)
+    q, s = quantise_rows_panel(x, block_r=block_r, block_k=block_k, num_warps=warps,
+                               programs=programs, stages=stages)
+    torch.cuda.synchronize()
+    assert torch.equal(s, want_s) and float(s[1]) == 1.0
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+
+
+@pytest.mark.parametrize(("block_r", "block_k", "warps", "stages"), PANEL_TILES)
+@pytest.mark.parametrize(("m", "n", "k"), [(4096, 4096, 4096), (1000, 3000, 2000),
+                                           (8192, 8192, 8192)])
+def test_one_panel_launch_quantises_both_operands_bitwise_on_the_gpu(
+        m: int, n: int, k: int, block_r: int, block_k: int, warps: int, stages: int) -> None:
+    a = _gpu_operand(m, k, False, torch.bfloat16, seed=m)
+    bt = _gpu_operand(n, k, True, torch.bfloat16, seed=n + 1)  # B [K, N] row-major, as B^T
+    qa, sa, qb, sb = quantise_pair_panel(a, bt, block_r=block_r, block_k=block_k,
+                                         num_warps=warps, stages=stages)
+    for got_q, got_s, x in ((qa, sa, a), (qb, sb, bt)):
+        want_q, want_s = quantise_rows(x, block_r=4, block_k=512, num_warps=4)
+        assert torch.equal(got_s, want_s)
+        assert torch.equal(got_q.view(torch.uint8), want_q.view(torch.uint8))
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(4096, 4096, 4096), (1000, 3000, 2000),
+                                           (16, 4096, 8192)])
+@pytest.mark.parametrize("layouts", ["rr", "rc", "cc"])
+def test_a_lowered_product_quantised_in_panels_is_the_two_pass_product_on_the_gpu(
+        m: int, n: int, k: int, layouts: str) -> None:
+    lay = {"r": "row", "c": "col"}
+    p = GemmProblem(m=m, n=n, k=k, dtype="bf16", layout_a=lay[layouts[0]],
+                    layout_b=lay[layouts[1]])
+    inp = make_inputs(p, "cuda", 11)
+    config = fp8_space.seeds(p)[0]
+    assert config["Q_MODE"] == "panel"
+    lowered_matmul(inp.a, inp.b, {**config, "Q_MODE": "two_pass"}, inp.out)
+    two_pass = inp.out.clone()
+    inp.out.fill_(float("nan"))
+    lowered_matmul(inp.a, inp.b, config, inp.out)
+    torch.cuda.synchronize()
+    assert torch.equal(inp.out, two_pass)
+    got = measure(p, config)
+    assert 0.02 < got.rel_error < 0.06, (config, got.rel_error)

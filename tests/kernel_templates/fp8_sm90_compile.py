@@ -4,6 +4,12 @@ configuration the compiler rejects may abort the process (an ``LLVM ERROR``), so
 child goes down, and its stderr says why.
 
     python -m tests.kernel_templates.fp8_sm90_compile '{"BLOCK_M": 128, ...}' [true]
+    python -m tests.kernel_templates.fp8_sm90_compile panel '{"BLOCK_R": 16, ...}'
+
+The second form compiles the panel quantisation of both operands
+(``fp8_quant._pair_panel_kernel``, bf16 in, A's K stride and B^T's row stride 1) and prints
+its shared memory and what its PTX does (``cp.async`` copies, 128-bit global loads), and,
+where Triton's ptxas is at hand, its registers and spills.
 """
 
 from __future__ import annotations
@@ -52,6 +58,69 @@ def compile_fp8(config: dict[str, Any], row_scales: bool = False, out_dtype: str
     return triton.compile(src, target=GPUTarget(*SM90_TARGET), options=options)
 
 
+def compile_panel(config: dict[str, Any]) -> Any:
+    """The pair panel quantisation kernel compiled for sm_90 under ``config`` (``BLOCK_R``,
+    ``BLOCK_K``, ``STAGES``, ``num_warps``): bf16 operands, unit K stride for A and unit row
+    stride for B^T (as ``lowered_matmul`` passes a row-major A and B), sizes and strides
+    runtime multiples of 16 (as Triton specialises them at 4096^3)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from kernel_templates.gemm import fp8_quant
+
+    fn = fp8_quant._pair_panel_kernel
+    consts = {"BLOCK_R": config["BLOCK_R"], "BLOCK_K": config["BLOCK_K"],
+              "ROUND_IN_FP32": False, "STAGES": config["STAGES"], "stride_ak": 1,
+              "stride_br": 1}
+    types = {"a_ptr": "*bf16", "b_ptr": "*bf16", "qa_ptr": "*fp8e4nv", "qb_ptr": "*fp8e4nv",
+             "sa_ptr": "*fp32", "sb_ptr": "*fp32"}
+    sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in fn.arg_names}
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]]
+             for n in (*types, "RA", "RB", "K", "stride_ar", "stride_bk", "stride_qar",
+                       "stride_qbr")}
+    src = ASTSource(fn=fn, signature=sig, attrs=attrs,
+                    constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
+    return triton.compile(src, target=GPUTarget(*SM90_TARGET),
+                          options={"num_warps": config["num_warps"], "num_stages": 1})
+
+
+def panel_figures(kernel: Any) -> dict[str, Any]:
+    """What a compiled panel kernel does: shared memory, ``cp.async`` copies and 128-bit
+    global loads in its PTX, and (``ptxas -v``, when Triton ships one) registers and spills."""
+    import re
+    import tempfile
+    from pathlib import Path
+
+    import triton
+
+    ptx = kernel.asm["ptx"]
+    out: dict[str, Any] = {"shared": kernel.metadata.shared, "cp_async": ptx.count("cp.async"),
+                           "ld_global_v4": ptx.count("ld.global.v4")}
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if ptxas.exists():
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+            f.write(ptx)
+            f.flush()
+            done = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", f.name, "-o", os.devnull],
+                                  capture_output=True, text=True)
+        regs = re.search(r"Used (\d+) registers", done.stderr)
+        spills = re.search(r"(\d+) bytes spill stores", done.stderr)
+        out["registers"] = int(regs.group(1)) if regs else None
+        out["spill_stores"] = int(spills.group(1)) if spills else None
+    return out
+
+
+def compile_panel_in_child(config: dict[str, Any], timeout: float = 300.0
+                           ) -> subprocess.CompletedProcess[str]:
+    """``compile_panel`` in a child process without ``TRITON_INTERPRET``: return code 0 and
+    ``panel_figures`` as JSON on stdout when it compiled; otherwise its stderr says why."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-m", "tests.kernel_templates.fp8_sm90_compile",
+                           "panel", json.dumps(config)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
 def compile_in_child(config: dict[str, Any], row_scales: bool = False, timeout: float = 300.0
                      ) -> subprocess.CompletedProcess[str]:
     """Compile ``config`` in a child process without ``TRITON_INTERPRET``: return code 0 and
@@ -65,6 +134,9 @@ def compile_in_child(config: dict[str, Any], row_scales: bool = False, timeout: 
 if __name__ == "__main__":
     os.environ.pop("TRITON_INTERPRET", None)
     sys.path.insert(0, os.getcwd())
+    if sys.argv[1] == "panel":
+        print(json.dumps(panel_figures(compile_panel(json.loads(sys.argv[2])))))
+        sys.exit(0)
     kernel = compile_fp8(json.loads(sys.argv[1]),
                          row_scales=len(sys.argv) > 2 and json.loads(sys.argv[2]))
     print(json.dumps({"shared": kernel.metadata.shared}))

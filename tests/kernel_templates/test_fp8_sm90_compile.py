@@ -20,7 +20,7 @@ from search.kinds.gemm import fp8_space
 from search.kinds.gemm.cluster import fp8_cluster_refusal
 from search.kinds.gemm.spec import GemmProblem
 from search.limits import DeviceLimits
-from tests.kernel_templates.fp8_sm90_compile import compile_in_child
+from tests.kernel_templates.fp8_sm90_compile import compile_in_child, compile_panel_in_child
 
 COMPILES = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
             / "fp8_cluster_compile_cpu_2026-11-24.json")
@@ -87,3 +87,24 @@ def test_the_rule_matches_every_recorded_compile() -> None:
     wrong = [r for r in rows
              if (fp8_cluster_refusal(r["config"], r["row_scales"]) is None) != r["compiles"]]
     assert wrong == []
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_the_panel_quantisation_compiles_for_sm90_and_pipelines_its_walks(stages: int) -> None:
+    """The lowered seeds' panel quantisation (``search.kinds.gemm.fp8_space.PANEL_SEED``):
+    compiles without spilling, and ``STAGES`` decides whether its loads go out as
+    ``cp.async`` copies ahead of the chunk being reduced (2) or as plain 128-bit loads (1)."""
+    seed = fp8_space.PANEL_SEED
+    cfg = {"BLOCK_R": seed["Q_BLOCK_R"], "BLOCK_K": seed["Q_BLOCK_K"], "STAGES": stages,
+           "num_warps": seed["Q_WARPS"]}
+    done = compile_panel_in_child(cfg)
+    if done.returncode and "ptxas" in done.stderr:
+        pytest.skip(f"no CUDA toolchain in this Triton build: {done.stderr[-300:]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    if stages == 1:
+        assert got["cp_async"] == 0 and got["ld_global_v4"] > 0
+    else:
+        assert got["cp_async"] > 0
+    assert got["shared"] <= H100.smem_per_block
+    assert got.get("spill_stores") in (None, 0), got

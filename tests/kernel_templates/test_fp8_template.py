@@ -17,7 +17,12 @@ import torch
 from kernel_templates.errors import InvalidConfig, Unsupported
 from kernel_templates.gemm.fp8 import lowered_matmul, scaled_matmul
 from kernel_templates.gemm.fp8_config import check_config
-from kernel_templates.gemm.fp8_quant import quantise
+from kernel_templates.gemm.fp8_quant import (
+    quantise,
+    quantise_pair_panel,
+    quantise_rows,
+    quantise_rows_panel,
+)
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import (
     FP8_TOLERANCE,
@@ -29,6 +34,7 @@ from kernel_templates.registry import make_callable, static_violations
 from search.decision.policy import MAX_REL_ERROR
 from search.kinds.gemm import fp8_space
 from search.kinds.gemm.spec import GemmProblem
+from search.limits import DeviceLimits
 from search.types import Candidate
 from workers.execute import execute
 
@@ -102,6 +108,66 @@ def test_per_row_scales_are_per_row() -> None:
     assert errors["row"] < 0.03 < errors["tensor"]
 
 
+def _hard_rows(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with an all-zero row, a row of values at e4m3's largest magnitude once scaled
+    (its amax maps to 448, the clamp's edge, and a value 1.3% below rounds up to it), a value
+    among e4m3's subnormals and a row of large values."""
+    x[1] = 0
+    x[2] = 455.0 * torch.sign(x[2])
+    x[2, 0] = 449.0
+    x[3, 5] = 1e-3 * float(x[3].abs().max())
+    x[4] *= 1e3
+    return x
+
+
+@pytest.mark.parametrize(("r", "k", "transposed"), [(37, 45, False), (37, 45, True),
+                                                    (5, 100, False), (64, 33, True)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("block_r", "block_k", "programs"), [(8, 16, 2), (4, 64, None),
+                                                              (16, 32, 1)])
+def test_panels_are_bitwise_the_two_pass_path(r: int, k: int, transposed: bool,
+                                              dtype: torch.dtype, block_r: int, block_k: int,
+                                              programs: int | None) -> None:
+    """One persistent launch over panels of whole rows (``programs`` walking several panels
+    each, K in several chunks with a ragged tail) writes the two-pass path's bits."""
+    x = _hard_rows(_operand(r, k, transposed, dtype, seed=r * k))
+    want_q, want_s = quantise_rows(x, block_r=4, block_k=32, num_warps=4)
+    q, s = quantise_rows_panel(x, block_r=block_r, block_k=block_k, num_warps=4,
+                               programs=programs)
+    assert q.stride(1) == 1 and q.stride(0) % 16 == 0 and tuple(q.shape) == (r, k)
+    assert torch.equal(s, want_s) and float(s[1]) == 1.0
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+    assert float(q[2].float().abs().max()) == 448.0 and not bool(q[1].float().any())
+    via, _ = quantise(x, "row", block_r=block_r, block_k=block_k, num_warps=4, mode="panel")
+    assert torch.equal(via.view(torch.uint8), want_q.view(torch.uint8))
+
+
+@pytest.mark.parametrize("programs", [None, 3])
+def test_one_panel_launch_quantises_both_operands_bitwise(programs: int | None) -> None:
+    """A as it is ([M, K], K contiguous) and B through its transpose ([N, K], rows
+    contiguous), in one launch: each as the two-pass path quantises it alone."""
+    a = _hard_rows(_operand(37, 45, False, torch.bfloat16, seed=7))
+    bt = _hard_rows(_operand(29, 45, True, torch.bfloat16, seed=8))
+    qa, sa, qb, sb = quantise_pair_panel(a, bt, block_r=8, block_k=16, num_warps=4,
+                                         programs=programs)
+    for got_q, got_s, x in ((qa, sa, a), (qb, sb, bt)):
+        want_q, want_s = quantise_rows(x, block_r=4, block_k=32, num_warps=4)
+        assert torch.equal(got_s, want_s)
+        assert torch.equal(got_q.view(torch.uint8), want_q.view(torch.uint8))
+    with pytest.raises(ValueError, match=r"\[RA, K\] and \[RB, K\]"):
+        quantise_pair_panel(a, bt[:, :40], block_r=8, block_k=16, num_warps=4)
+
+
+def test_panels_are_per_row_only() -> None:
+    x = _operand(8, 32, False, torch.bfloat16, seed=3)
+    with pytest.raises(ValueError, match="per-tensor scales take mode 'two_pass'"):
+        quantise(x, "tensor", block_r=4, block_k=32, num_warps=4, mode="panel")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        quantise(x, "row", block_r=4, block_k=32, num_warps=4, mode="rows")
+    with pytest.raises(ValueError, match="block_r must be a positive power of two"):
+        quantise_rows_panel(x, block_r=6, block_k=32, num_warps=4)
+
+
 # -- the fp8 problem's product ------------------------------------------------------------------
 VARIANTS = [{}, {"PERSISTENT": 1}, {"TMA_STORE": 1}, {"FAST_ACC": 1}, {"num_ctas": 2},
             {"PERSISTENT": 1, "TMA_STORE": 1, "GROUP_M": 1}]
@@ -157,6 +223,31 @@ def test_a_lowered_product_is_the_product_of_the_quantised_inputs(layouts: str,
     assert 0.02 < exact < 0.06
 
 
+@pytest.mark.parametrize("layouts", ["rr", "rc", "cc"])
+def test_a_lowered_product_quantised_in_panels_is_the_two_pass_product(layouts: str,
+                                                                      monkeypatch: Any) -> None:
+    """``Q_MODE="panel"`` quantises both operands in one launch (the per-operand path is never
+    called) into the same fp8 copies as ``"two_pass"``: the same product, bit for bit, within
+    e4m3's error of the exact one (fp16 inputs: the interpreter's dot on bf16 is not exact)."""
+    from kernel_templates.gemm import fp8
+
+    p = GemmProblem(m=40, n=48, k=100, dtype="fp16", out_dtype="fp32", layout_a=LAY[layouts[0]],
+                    layout_b=LAY[layouts[1]])
+    inp = make_inputs(p, "cpu", 4)
+    cfg = {**SMALL, **QUANT, "PERSISTENT": 1}
+    lowered_matmul(inp.a, inp.b, {**cfg, "Q_MODE": "two_pass"}, inp.out)
+    two_pass = inp.out.clone()
+    inp.out.fill_(float("nan"))
+
+    def no_per_operand_pass(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("Q_MODE='panel' quantised an operand alone")
+
+    monkeypatch.setattr(fp8, "quantise", no_per_operand_pass)
+    lowered_matmul(inp.a, inp.b, {**cfg, "Q_MODE": "panel"}, inp.out)
+    assert torch.equal(inp.out, two_pass)
+    assert 0.01 < rel_error(inp.out, reference_for(inp)) < 0.06
+
+
 def test_fp16_outputs_and_inputs_lower_too() -> None:
     p = GemmProblem(m=24, n=40, k=64, dtype="fp16", out_dtype="fp32")
     inp = make_inputs(p, "cpu", 5)
@@ -206,6 +297,11 @@ def test_a_lowered_kernel_that_drops_a_scale_is_a_wrong_result(monkeypatch: Any)
     ({**SMALL, **QUANT, "SCALES": "block"}, True, "SCALES"),
     ({**SMALL, **QUANT, "Q_BLOCK_K": 8}, True, "Q_BLOCK_K"),
     ({**SMALL, **QUANT, "Q_WARPS": 3}, True, "Q_WARPS"),
+    ({**SMALL, **QUANT, "Q_MODE": "fused"}, True,
+     r"Q_MODE must be one of \['panel', 'two_pass'\]"),
+    ({**SMALL, **QUANT, "Q_MODE": "panel", "SCALES": "tensor"}, True,
+     "Q_MODE='panel' quantises per row; SCALES='tensor' needs Q_MODE='two_pass'"),
+    ({**SMALL, "Q_MODE": "panel"}, False, "unknown config keys"),
     ({k: v for k, v in SMALL.items() if k != "num_stages"}, False, "lacks"),
 ])
 def test_bad_configs_are_refused_before_anything_compiles(config: dict[str, Any],
@@ -219,6 +315,29 @@ def test_a_config_is_completed_with_the_spaces_defaults() -> None:
     assert {k: cfg[k] for k in fp8_space.DEFAULTS} == fp8_space.DEFAULTS
     low = check_config({**SMALL, "PRECISION": "fp8_e4m3"}, lowered=True)
     assert {k: low[k] for k in fp8_space.LOWERED_DEFAULTS} == fp8_space.LOWERED_DEFAULTS
+    # a stored configuration from before Q_MODE quantises as it did: in two passes
+    assert check_config({**SMALL, **QUANT}, lowered=True)["Q_MODE"] == "two_pass"
+
+
+def test_the_lowered_space_seeds_panels_and_searches_both_modes() -> None:
+    p = GemmProblem(m=4096, n=4096, k=4096, dtype="bf16")
+    dims = {c.name: c.values for c in fp8_space.space(p)}
+    assert set(dims["Q_MODE"]) == {"panel", "two_pass"} and "Q_MODE" in fp8_space.params(p)
+    seeds = fp8_space.seeds(p)
+    assert seeds and all(s["Q_MODE"] == "panel" and s["SCALES"] == "row" for s in seeds)
+    assert seeds[0]["Q_BLOCK_K"] == 256 and seeds[0]["Q_BLOCK_R"] == 16
+    # a panel per SM of an H100 within half its L2: 16 rows at K = 4096, 8 at 8192
+    assert [fp8_space.panel_rows(k) for k in (4096, 8192, 32768)] == [16, 8, 4]
+    big = fp8_space.seeds(GemmProblem(m=8192, n=8192, k=8192, dtype="bf16"))[0]
+    assert big["Q_MODE"] == "panel" and big["Q_BLOCK_R"] == 8
+    small = fp8_space.seeds(GemmProblem(m=64, n=48, k=80, dtype="fp16"))
+    assert small and small[0]["Q_MODE"] == "panel" and small[0]["Q_BLOCK_K"] == 128
+    tensor = {**seeds[0], "SCALES": "tensor"}
+    assert any("Q_MODE='panel' quantises per row" in v
+               for v in fp8_space.violations(p, tensor, DeviceLimits()))
+    assert fp8_space.violations(p, {**tensor, "Q_MODE": "two_pass"}, DeviceLimits()) == []
+    assert "Q_MODE" not in fp8_space.seeds(GemmProblem(m=64, n=64, k=64, dtype="fp8_e4m3",
+                                                       layout_b="col"))[0]
 
 
 def test_lowering_refuses_fp32_inputs() -> None:

@@ -17,8 +17,14 @@ A configuration is a plain dict; every one this module emits is complete (``comp
     {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8,
      "num_stages": 3, "PERSISTENT": 0, "num_ctas": 1, "FAST_ACC": 0, "TMA_STORE": 0}
 
-plus, for a lowered candidate, ``PRECISION``, ``SCALES`` and the quantisation kernels' tiles
-``Q_BLOCK_R``, ``Q_BLOCK_K``, ``Q_WARPS`` (searched like the product's).
+plus, for a lowered candidate, ``PRECISION``, ``SCALES``, the quantisation's ``Q_MODE`` and its
+kernels' tiles ``Q_BLOCK_R``, ``Q_BLOCK_K``, ``Q_WARPS`` (searched like the product's).
+``Q_MODE`` is ``"two_pass"`` (an amax launch then a cast launch per operand, over
+``Q_BLOCK_R x Q_BLOCK_K`` tiles; per row or per tensor; a configuration without the key means
+it) or ``"panel"`` (one launch for both operands, each program quantising panels of
+``Q_BLOCK_R`` whole rows, walking K in ``Q_BLOCK_K`` chunks twice, so each operand is read from
+DRAM about once; per row only: ``SCALES="tensor"`` with it is a violation and the template
+refuses it). The seeds quantise in panels; the search tries both.
 """
 
 from __future__ import annotations
@@ -31,9 +37,9 @@ from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 from search.limits import DeviceLimits
 from search.optimizer import Choice
 
-__all__ = ["DEFAULTS", "LOWERED", "LOWERED_DEFAULTS", "PARAMS", "Q_PARAMS", "SCALES", "TIER",
-           "TIER_WEIGHT", "complete", "lowered", "params", "seeds", "space", "tier_plan",
-           "violations"]
+__all__ = ["DEFAULTS", "LOWERED", "LOWERED_DEFAULTS", "PANEL_SEED", "PARAMS", "Q_MODES",
+           "Q_PARAMS", "SCALES", "TIER", "TIER_WEIGHT", "complete", "lowered", "params",
+           "panel_rows", "q_mode_refusal", "seeds", "space", "tier_plan", "violations"]
 
 #: The tier's name (its trials run on the ``triton`` backend).
 TIER = "fp8"
@@ -44,15 +50,18 @@ LOWERED = "fp8_e4m3"
 #: Input dtypes a lowered candidate quantises.
 LOWERED_FROM = ("bf16", "fp16")
 SCALES = ("row", "tensor")
+#: How the operands are quantised (``kernel_templates.gemm.fp8_quant``): ``"panel"`` is per
+#: row only.
+Q_MODES = ("panel", "two_pass")
 
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "PERSISTENT",
           "num_ctas", "FAST_ACC", "TMA_STORE")
 #: The quantisation's keys (lowered candidates only).
-Q_PARAMS = ("SCALES", "Q_BLOCK_R", "Q_BLOCK_K", "Q_WARPS")
+Q_PARAMS = ("SCALES", "Q_MODE", "Q_BLOCK_R", "Q_BLOCK_K", "Q_WARPS")
 #: Keys beyond ``PARAMS`` and the value each takes when absent.
 DEFAULTS: dict[str, Any] = {"PERSISTENT": 0, "num_ctas": 1, "FAST_ACC": 0, "TMA_STORE": 0}
-LOWERED_DEFAULTS: dict[str, Any] = {"PRECISION": LOWERED, "SCALES": "row", "Q_BLOCK_R": 32,
-                                    "Q_BLOCK_K": 128, "Q_WARPS": 4}
+LOWERED_DEFAULTS: dict[str, Any] = {"PRECISION": LOWERED, "SCALES": "row", "Q_MODE": "two_pass",
+                                    "Q_BLOCK_R": 32, "Q_BLOCK_K": 128, "Q_WARPS": 4}
 #: Elements one quantisation program holds per step (fp32 registers: at 4 warps, 64 each).
 Q_MAX_TILE = 8192
 
@@ -100,6 +109,7 @@ def space(problem: GemmProblem) -> tuple[Choice, ...]:
     ]
     if lowered(problem):
         dims += [Choice("SCALES", SCALES),  # type: ignore[arg-type]
+                 Choice("Q_MODE", Q_MODES),  # type: ignore[arg-type]
                  Choice("Q_BLOCK_R", (8, 16, 32, 64, 128)),
                  Choice("Q_BLOCK_K", (32, 64, 128, 256, 512)),
                  Choice("Q_WARPS", (2, 4, 8))]
@@ -146,6 +156,9 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
     if config.get("TMA_STORE", 0) and row_bytes % 16:
         out.append(f"TMA_STORE=1 needs 16-byte output rows; n={problem.n} gives {row_bytes} B")
     if lowered(problem):
+        why = q_mode_refusal(config)
+        if why:
+            out.append(why)
         tile = config["Q_BLOCK_R"] * config["Q_BLOCK_K"]
         if tile > Q_MAX_TILE:
             out.append(f"quantisation tile {config['Q_BLOCK_R']}x{config['Q_BLOCK_K']} is over "
@@ -155,6 +168,15 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
             out.append(f"Q_BLOCK_K={config['Q_BLOCK_K']} is over twice k={problem.k} rounded up "
                        "to a power of two")
     return out
+
+
+def q_mode_refusal(config: dict[str, Any]) -> str | None:
+    """Why a lowered ``config``'s quantisation mode cannot serve its scales (``None``: it
+    can): panels reduce each row's amax in one program, so they make per-row scales only."""
+    if config.get("Q_MODE", "two_pass") == "panel" and config.get("SCALES", "row") != "row":
+        return (f"Q_MODE='panel' quantises per row; SCALES={config.get('SCALES')!r} needs "
+                "Q_MODE='two_pass'")
+    return None
 
 
 def tier_plan(problem: GemmProblem, *, mode: str, cc: str, allowed: dict[str, float]
@@ -211,10 +233,28 @@ _SMALL = [
 ]
 
 
+#: The quantisation of the lowered seeds (``Q_BLOCK_R`` from ``panel_rows``, ``Q_BLOCK_K`` 128
+#: where K is under 256).
+PANEL_SEED: dict[str, Any] = {"Q_MODE": "panel", "Q_BLOCK_R": 16, "Q_BLOCK_K": 256, "Q_WARPS": 4}
+#: An H100's SMs and half its L2: what the seeds' panels in flight should fit in.
+_H100_SMS, _HALF_L2 = 132, 25 << 20
+
+
+def panel_rows(k: int) -> int:
+    """The seeds' ``Q_BLOCK_R``: the largest of 16, 8, 4 rows whose panels (K bf16/fp16 values
+    in, K fp8 out), one per SM of an H100, fill at most half its L2, so that a panel is still
+    there when its program walks it again (16 at K = 4096, 8 at 8192)."""
+    for rows in (16, 8):
+        if _H100_SMS * rows * k * 3 <= _HALF_L2:
+            return rows
+    return 4
+
+
 def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
     """Starting points (the Triton tutorials' fp8 tiles: 128x256x128 with 8 warps for large
     shapes, smaller tiles for small ones), each with fp32 accumulation and with the tensor
-    cores' fast accumulation, tiled and persistent. Complete configurations within the space."""
+    cores' fast accumulation, tiled and persistent; lowered, quantising in panels
+    (``PANEL_SEED``, with ``panel_rows``). Complete configurations within the space."""
     big = problem.m * problem.n >= 132 * 128 * 128
     ordered = _BIG + _SMALL if big else _SMALL + _BIG
     out: list[dict[str, Any]] = []
@@ -224,6 +264,10 @@ def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
             out.append({**base, **extra})
     legal = {c.name: set(c.values) for c in space(problem)}
     is_lowered = lowered(problem)
+    if is_lowered:
+        panel = {**PANEL_SEED, "Q_BLOCK_R": panel_rows(problem.k),
+                 "Q_BLOCK_K": 256 if problem.k >= 256 else 128}
+        out = [{**s, **panel} for s in out]
     done = [complete(s, is_lowered) for s in out]
     fits = DeviceLimits()  # an H100's: the seeds are what fits there
     return [s for s in done if all(s[p] in legal[p] for p in params(problem))

@@ -10,13 +10,13 @@ from scripts.bench.__main__ import COMMANDS, main
 
 def test_every_benchmark_is_a_subcommand() -> None:
     assert set(COMMANDS) == {"gemm", "agent", "attention", "attention-sweep", "precision",
-                             "fp8-error", "cutlass-cache"}
+                             "fp8-error", "cutlass-cache", "quant"}
     for module in COMMANDS.values():
         assert callable(module.add_arguments) and callable(module.run)
 
 
 @pytest.mark.parametrize("command", ["gemm", "agent", "attention", "attention-sweep",
-                                     "precision", "fp8-error", "cutlass-cache"])
+                                     "precision", "fp8-error", "cutlass-cache", "quant"])
 def test_each_subcommand_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main([command, "--help"])
