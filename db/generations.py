@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from typing import Any
+
+from sqlalchemy import Select, func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
@@ -23,12 +25,17 @@ def of_problem(session: Session | Connection, key: str) -> Generation | None:
     in the same transaction). Measurements only grow and a release only lowers the failed count
     at the same total, so a committed change never leaves the generation as it was. A writer
     that changes what ``GET /v1/best`` reads in another way must change it too."""
+    row = session.execute(statement(key)).first()
+    return (int(row[0]), int(row[1]), int(row[2]), int(row[3])) if row is not None else None
+
+
+def statement(key: Any) -> Select[Any]:
+    """The query of :func:`of_problem` (``key``: the key, or a ``bindparam``): its rows are
+    ``(problem id, measured, failed, decided)``; ``service.best_fast`` runs it compiled."""
     measured = (select(func.coalesce(func.sum(SummaryRow.trials), 0))
                 .where(SummaryRow.problem_id == ProblemRow.id).scalar_subquery())
     failed = (select(func.coalesce(func.sum(SummaryRow.failed), 0))
               .where(SummaryRow.problem_id == ProblemRow.id).scalar_subquery())
     decided = (select(func.count()).select_from(DecisionRow)
                .where(DecisionRow.problem_id == ProblemRow.id).scalar_subquery())
-    row = session.execute(select(ProblemRow.id, measured, failed, decided)
-                          .where(ProblemRow.key == key)).first()
-    return (int(row[0]), int(row[1]), int(row[2]), int(row[3])) if row is not None else None
+    return select(ProblemRow.id, measured, failed, decided).where(ProblemRow.key == key)

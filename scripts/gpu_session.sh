@@ -18,6 +18,8 @@
 #                          its shape indices (default: all), GEMM_ARGS more options (--no-peer)
 #          AGENT_ONLY=0,4  also run `python -m scripts.bench agent --only 0,4` (default: not);
 #                          AGENT_MODES=agent: only the agent mode (default agent,full)
+#          QUANT=1  also run `python -m scripts.bench quant` (the fp8 quantisation alone:
+#                   two passes against panels; default: not)
 #          PRECISION_SHAPES="4096x4096x4096"  also run `python -m scripts.bench precision` on
 #                                           them (fp8 and bf16-in-fp8 side by side; default: not)
 #          CUTLASS_BUILD="docs/benchmarks/gemm_hard.json:8 docs/benchmarks/precision.json:4"
@@ -117,6 +119,13 @@ if [ -n "${GEMM_BENCH:-}" ]; then
     rc=$(( rc | PIPESTATUS[0] ))
     pack
   fi
+fi
+
+if [ -n "${QUANT:-}" ]; then
+  echo "== fp8 quantisation alone: two passes against panels"
+  timeout "$(left)" python3 -m scripts.bench quant --out "$out/quant.json" 2>&1 | tee "$out/quant.log"
+  rc=$(( rc | PIPESTATUS[0] ))
+  pack
 fi
 
 if [ -n "${PRECISION_SHAPES:-}" ]; then

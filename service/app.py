@@ -27,6 +27,7 @@ from search import kinds
 from service import dashboard, openapi
 from service.auth import ReadAuth, warn_if_open
 from service.best_cache import BestCache
+from service.best_fast import BestFastPath
 from service.errors import ServiceError
 from service.flow import Clock, Flow, utcnow
 from service.limits import BodyLimit
@@ -102,6 +103,8 @@ def create_app(settings: ServiceSettings | None = None, *,
         app.include_router(module.router)
     if settings.dashboard:
         dashboard.install(app, ReadAuth)
+    # innermost of the middlewares: its answers still pass CORS and the body limit
+    app.add_middleware(BestFastPath, cache=app.state.best_cache, settings=settings)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),

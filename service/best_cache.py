@@ -41,6 +41,20 @@ class BestCache:
                                    tuple[generations.Generation, Encoded]] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self.fast_hits = 0  # the hits of peek (service.best_fast), counted in hits too
+
+    def peek(self, key: tuple[str, str | None, bool], generation: generations.Generation
+             ) -> Encoded | None:
+        """The answer kept under ``key`` (problem key, GPU, exact) if it was made at
+        ``generation``, else None (``service.best_fast``: a hit without the thread pool)."""
+        with self._lock:
+            kept = self._entries.get(key)
+            if kept is None or kept[0] != generation:
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            self.fast_hits += 1
+            return kept[1]
 
     def answer(self, problem: Problem, gpu: str | None, exact: bool) -> Encoded:
         """The answer for ``problem``: the kept one while its generation stands, else a new

@@ -94,3 +94,33 @@ def test_an_unknown_problem_is_a_404_before_and_after_it_is_tuned(
     assert queued.status_code == 404
     _measure(driver, {"cublas": 100.0, "triton": 70.0})
     assert client.get("/v1/best", params=QUERY).status_code == 200
+
+
+def test_a_kept_answer_is_served_before_the_route_on_postgres(
+        app: FastAPI, client: TestClient, driver: Driver, database_url: str) -> None:
+    driver.submit({"max_trials": 2})
+    worker = driver.register()
+    grant = driver.lease(worker)
+    by_backend = {c["backend"]: c for c in grant["candidates"]}
+    driver.report(worker, grant["lease_id"], by_backend["cublas"]["id"], driver.fake_ok(100.0))
+    cache = app.state.best_cache
+    first = client.get("/v1/best", params=QUERY)  # a miss: the route answers and keeps it
+    assert first.status_code == 200 and cache.fast_hits == 0
+    again = client.get("/v1/best", params=QUERY)
+    fast = 1 if database_url.startswith("postgresql") else 0
+    # the fast path (service.best_fast) answers on Postgres only, with the route's bytes
+    assert cache.fast_hits == fast
+    assert again.content == first.content and again.json()["median_us"] == 100.0
+    assert again.headers["content-type"] == "application/json"
+    # a form the fast path does not read exactly as the route (exact=0) goes to the route
+    routed = client.get("/v1/best", params={**QUERY, "exact": "0"})
+    assert routed.content == first.content and cache.fast_hits == fast
+    # a repeated parameter is the route's to judge (Starlette reads the last value: 256, a
+    # problem never tuned)
+    assert client.get("/v1/best?m=512&m=256&n=512&k=512&dtype=fp16").status_code == 404
+    assert cache.fast_hits == fast
+    # a new measurement: the kept answer is not served (the generation moved on)
+    driver.report(worker, grant["lease_id"], by_backend["triton"]["id"], driver.fake_ok(70.0))
+    moved = client.get("/v1/best", params=QUERY)
+    assert moved.status_code == 200 and moved.json()["median_us"] == 70.0
+    assert cache.fast_hits == fast
