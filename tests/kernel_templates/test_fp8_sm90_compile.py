@@ -91,12 +91,10 @@ def test_the_rule_matches_every_recorded_compile() -> None:
 
 @pytest.mark.parametrize("stages", [1, 2])
 def test_the_panel_quantisation_compiles_for_sm90_and_pipelines_its_walks(stages: int) -> None:
-    """The lowered seeds' panel quantisation (``search.kinds.gemm.fp8_space.PANEL_SEED``):
-    compiles without spilling, and ``STAGES`` decides whether its loads go out as
-    ``cp.async`` copies ahead of the chunk being reduced (2) or as plain 128-bit loads (1)."""
-    seed = fp8_space.PANEL_SEED
-    cfg = {"BLOCK_R": seed["Q_BLOCK_R"], "BLOCK_K": seed["Q_BLOCK_K"], "STAGES": stages,
-           "num_warps": seed["Q_WARPS"]}
+    """The panel quantisation (``Q_MODE="panel"``) at 16 rows x 256: compiles without
+    spilling, and ``STAGES`` decides whether its loads go out as ``cp.async`` copies ahead of
+    the chunk being reduced (2) or as plain 128-bit loads (1)."""
+    cfg = {"BLOCK_R": 16, "BLOCK_K": 256, "STAGES": stages, "num_warps": 4}
     done = compile_panel_in_child(cfg)
     if done.returncode and "ptxas" in done.stderr:
         pytest.skip(f"no CUDA toolchain in this Triton build: {done.stderr[-300:]}")

@@ -319,20 +319,17 @@ def test_a_config_is_completed_with_the_spaces_defaults() -> None:
     assert check_config({**SMALL, **QUANT}, lowered=True)["Q_MODE"] == "two_pass"
 
 
-def test_the_lowered_space_seeds_panels_and_searches_both_modes() -> None:
+def test_the_lowered_space_searches_two_passes_and_panels_may_be_pinned() -> None:
+    # panels measured slower than two passes on an H100 (docs/benchmarks/
+    # precision_quant_h100_2026-11-25.md): the search and the seeds quantise in two passes
     p = GemmProblem(m=4096, n=4096, k=4096, dtype="bf16")
-    dims = {c.name: c.values for c in fp8_space.space(p)}
-    assert set(dims["Q_MODE"]) == {"panel", "two_pass"} and "Q_MODE" in fp8_space.params(p)
+    assert "Q_MODE" not in {c.name for c in fp8_space.space(p)}
+    assert "Q_MODE" not in fp8_space.params(p)
     seeds = fp8_space.seeds(p)
-    assert seeds and all(s["Q_MODE"] == "panel" and s["SCALES"] == "row" for s in seeds)
-    assert seeds[0]["Q_BLOCK_K"] == 256 and seeds[0]["Q_BLOCK_R"] == 16
-    # a panel per SM of an H100 within half its L2: 16 rows at K = 4096, 8 at 8192
-    assert [fp8_space.panel_rows(k) for k in (4096, 8192, 32768)] == [16, 8, 4]
-    big = fp8_space.seeds(GemmProblem(m=8192, n=8192, k=8192, dtype="bf16"))[0]
-    assert big["Q_MODE"] == "panel" and big["Q_BLOCK_R"] == 8
-    small = fp8_space.seeds(GemmProblem(m=64, n=48, k=80, dtype="fp16"))
-    assert small and small[0]["Q_MODE"] == "panel" and small[0]["Q_BLOCK_K"] == 128
-    tensor = {**seeds[0], "SCALES": "tensor"}
+    assert seeds and all(s["Q_MODE"] == "two_pass" and s["SCALES"] == "row" for s in seeds)
+    pinned = check_config({**seeds[0], "Q_MODE": "panel"}, lowered=True)
+    assert pinned["Q_MODE"] == "panel"
+    tensor = {**seeds[0], "SCALES": "tensor", "Q_MODE": "panel"}
     assert any("Q_MODE='panel' quantises per row" in v
                for v in fp8_space.violations(p, tensor, DeviceLimits()))
     assert fp8_space.violations(p, {**tensor, "Q_MODE": "two_pass"}, DeviceLimits()) == []

@@ -24,7 +24,10 @@ kernels' tiles ``Q_BLOCK_R``, ``Q_BLOCK_K``, ``Q_WARPS`` (searched like the prod
 it) or ``"panel"`` (one launch for both operands, each program quantising panels of
 ``Q_BLOCK_R`` whole rows, walking K in ``Q_BLOCK_K`` chunks twice, so each operand is read from
 DRAM about once; per row only: ``SCALES="tensor"`` with it is a violation and the template
-refuses it). The seeds quantise in panels; the search tries both.
+refuses it). The search and the seeds quantise in two passes: panels measured slower on an
+H100 at every tile tried (``python -m scripts.bench quant``;
+``docs/benchmarks/precision_quant_h100_2026-11-25.md``), so ``"panel"`` is a mode a
+configuration may pin, not a searched dimension.
 """
 
 from __future__ import annotations
@@ -37,9 +40,9 @@ from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 from search.limits import DeviceLimits
 from search.optimizer import Choice
 
-__all__ = ["DEFAULTS", "LOWERED", "LOWERED_DEFAULTS", "PANEL_SEED", "PARAMS", "Q_MODES",
+__all__ = ["DEFAULTS", "LOWERED", "LOWERED_DEFAULTS", "PARAMS", "Q_MODES",
            "Q_PARAMS", "SCALES", "TIER", "TIER_WEIGHT", "complete", "lowered", "params",
-           "panel_rows", "q_mode_refusal", "seeds", "space", "tier_plan", "violations"]
+           "q_mode_refusal", "seeds", "space", "tier_plan", "violations"]
 
 #: The tier's name (its trials run on the ``triton`` backend).
 TIER = "fp8"
@@ -57,7 +60,7 @@ Q_MODES = ("panel", "two_pass")
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "PERSISTENT",
           "num_ctas", "FAST_ACC", "TMA_STORE")
 #: The quantisation's keys (lowered candidates only).
-Q_PARAMS = ("SCALES", "Q_MODE", "Q_BLOCK_R", "Q_BLOCK_K", "Q_WARPS")
+Q_PARAMS = ("SCALES", "Q_BLOCK_R", "Q_BLOCK_K", "Q_WARPS")
 #: Keys beyond ``PARAMS`` and the value each takes when absent.
 DEFAULTS: dict[str, Any] = {"PERSISTENT": 0, "num_ctas": 1, "FAST_ACC": 0, "TMA_STORE": 0}
 LOWERED_DEFAULTS: dict[str, Any] = {"PRECISION": LOWERED, "SCALES": "row", "Q_MODE": "two_pass",
@@ -109,7 +112,6 @@ def space(problem: GemmProblem) -> tuple[Choice, ...]:
     ]
     if lowered(problem):
         dims += [Choice("SCALES", SCALES),  # type: ignore[arg-type]
-                 Choice("Q_MODE", Q_MODES),  # type: ignore[arg-type]
                  Choice("Q_BLOCK_R", (8, 16, 32, 64, 128)),
                  Choice("Q_BLOCK_K", (32, 64, 128, 256, 512)),
                  Choice("Q_WARPS", (2, 4, 8))]
@@ -233,28 +235,10 @@ _SMALL = [
 ]
 
 
-#: The quantisation of the lowered seeds (``Q_BLOCK_R`` from ``panel_rows``, ``Q_BLOCK_K`` 128
-#: where K is under 256).
-PANEL_SEED: dict[str, Any] = {"Q_MODE": "panel", "Q_BLOCK_R": 16, "Q_BLOCK_K": 256, "Q_WARPS": 4}
-#: An H100's SMs and half its L2: what the seeds' panels in flight should fit in.
-_H100_SMS, _HALF_L2 = 132, 25 << 20
-
-
-def panel_rows(k: int) -> int:
-    """The seeds' ``Q_BLOCK_R``: the largest of 16, 8, 4 rows whose panels (K bf16/fp16 values
-    in, K fp8 out), one per SM of an H100, fill at most half its L2, so that a panel is still
-    there when its program walks it again (16 at K = 4096, 8 at 8192)."""
-    for rows in (16, 8):
-        if _H100_SMS * rows * k * 3 <= _HALF_L2:
-            return rows
-    return 4
-
-
 def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
     """Starting points (the Triton tutorials' fp8 tiles: 128x256x128 with 8 warps for large
     shapes, smaller tiles for small ones), each with fp32 accumulation and with the tensor
-    cores' fast accumulation, tiled and persistent; lowered, quantising in panels
-    (``PANEL_SEED``, with ``panel_rows``). Complete configurations within the space."""
+    cores' fast accumulation, tiled and persistent. Complete configurations within the space."""
     big = problem.m * problem.n >= 132 * 128 * 128
     ordered = _BIG + _SMALL if big else _SMALL + _BIG
     out: list[dict[str, Any]] = []
@@ -264,10 +248,6 @@ def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
             out.append({**base, **extra})
     legal = {c.name: set(c.values) for c in space(problem)}
     is_lowered = lowered(problem)
-    if is_lowered:
-        panel = {**PANEL_SEED, "Q_BLOCK_R": panel_rows(problem.k),
-                 "Q_BLOCK_K": 256 if problem.k >= 256 else 128}
-        out = [{**s, **panel} for s in out]
     done = [complete(s, is_lowered) for s in out]
     fits = DeviceLimits()  # an H100's: the seeds are what fits there
     return [s for s in done if all(s[p] in legal[p] for p in params(problem))
