@@ -29,13 +29,18 @@ def of_problem(session: Session | Connection, key: str) -> Generation | None:
     return (int(row[0]), int(row[1]), int(row[2]), int(row[3])) if row is not None else None
 
 
-def statement(key: Any) -> Select[Any]:
+def statement(key: Any, *, many: bool = False) -> Select[Any]:
     """The query of :func:`of_problem` (``key``: the key, or a ``bindparam``): its rows are
-    ``(problem id, measured, failed, decided)``; ``service.best_fast`` runs it compiled."""
+    ``(problem id, measured, failed, decided)``. ``many``: ``key`` is a list (an array
+    parameter) and each row starts with the problem's key (``service.best_fast`` runs it
+    compiled, for the questions of many requests at once)."""
     measured = (select(func.coalesce(func.sum(SummaryRow.trials), 0))
                 .where(SummaryRow.problem_id == ProblemRow.id).scalar_subquery())
     failed = (select(func.coalesce(func.sum(SummaryRow.failed), 0))
               .where(SummaryRow.problem_id == ProblemRow.id).scalar_subquery())
     decided = (select(func.count()).select_from(DecisionRow)
                .where(DecisionRow.problem_id == ProblemRow.id).scalar_subquery())
+    if many:
+        return (select(ProblemRow.key, ProblemRow.id, measured, failed, decided)
+                .where(ProblemRow.key == func.any(key)))
     return select(ProblemRow.id, measured, failed, decided).where(ProblemRow.key == key)

@@ -6,6 +6,7 @@ field and the rule; nothing a client sends should produce a 500.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
@@ -52,6 +53,10 @@ def create_app(settings: ServiceSettings | None = None, *,
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # What start-up made (modules, the app, the kinds) lives as long as the process: out
+        # of the collector's generations, a full collection walks only what requests made
+        # (without it each one stalled every request for about 100 ms under load).
+        gc.freeze()
         yield
         flow.close()
 
