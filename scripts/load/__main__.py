@@ -60,6 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--job-share", type=float, default=0.1,
                      help="share of the clients' requests that submit a job")
     run.add_argument("--workers", type=int, default=16, help="simulated workers")
+    run.add_argument("--measure-s", type=float, default=0.25,
+                     help="seconds a simulated worker spends per leased candidate before it "
+                          "reports (a GPU's time to compile and time it; 0: report at once)")
+    run.add_argument("--planning", choices=("inline", "background"), default="background",
+                     help="KS_PLANNING of the API: background starts a planner process "
+                          "beside the API processes (kernelsearch serve does)")
     run.add_argument("--duration", type=int, default=60, help="seconds after the ramp-up")
     run.add_argument("--spawn-rate", type=float, default=50.0, help="users started per second")
     run.add_argument("--no-warm", dest="warm", action="store_false",
@@ -107,7 +113,7 @@ def _run(args: argparse.Namespace, command: str) -> int:
            "machine": {**timings.machine(), "locust": version("locust")},
            "database": database, "processes": args.processes, "users": args.users,
            "offered_rps": args.users * args.client_rps, "job_share": args.job_share,
-           "workers": args.workers,
+           "workers": args.workers, "measure_s": args.measure_s, "planning": args.planning,
            "duration_s": args.duration, "warm": args.warm,
            "load_average": {"before": before, **sampler.summary()},
            "endpoints": rows, "failures": failed, "targets": report.verdict(rows),
@@ -143,7 +149,7 @@ def _seed_if_empty(url: str) -> None:
 
 def _serve(args: argparse.Namespace) -> subprocess.Popen[bytes]:
     parts = urlsplit(args.url)
-    env = dict(os.environ, KS_DATABASE_URL=args.db)
+    env = dict(os.environ, KS_DATABASE_URL=args.db, KS_PLANNING=args.planning)
     return subprocess.Popen(
         [sys.executable, "-m", "service.cli", "serve", "--host", parts.hostname or "127.0.0.1",
          "--port", str(parts.port or 80), "--processes", str(args.processes),
@@ -184,6 +190,7 @@ def _stop(server: subprocess.Popen[bytes]) -> None:
 def _locust(args: argparse.Namespace, shapes_file: Path, csv_prefix: Path) -> None:
     env = dict(os.environ, KS_LOAD_SHAPES=str(shapes_file), KS_LOAD_WORKERS=str(args.workers),
                KS_LOAD_CLIENT_RPS=str(args.client_rps), KS_LOAD_JOB_SHARE=str(args.job_share),
+               KS_LOAD_MEASURE_S=str(args.measure_s),
                KS_LOAD_RUN=f"load-{int(time.time())}")
     subprocess.run(
         [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",

@@ -5,7 +5,8 @@ small job (``KS_LOAD_JOB_SHARE`` of its requests, 10 %) at a fixed pace, so that
 rate is set by the number of users, not by the server's latency. ``Worker``: a simulated GPU
 host (exactly ``KS_LOAD_WORKERS`` of them) that registers, then leases and reports FAKE but
 plausible results in a loop: library and Triton times near what the shape's FLOPs allow on the
-GPU model, a calibration's peaks, a verification's repeated times.
+GPU model, a calibration's peaks, a verification's repeated times, each after
+``KS_LOAD_MEASURE_S`` seconds per candidate (the time a GPU takes to compile and time one).
 
 Environment: ``KS_LOAD_SHAPES`` (a JSON file: ``{"best": [query, ...], "jobs": [problem, ...],
 "gpu": model}``), ``KS_LOAD_WORKERS`` (0: none), ``KS_LOAD_CLIENT_RPS`` (requests per second
@@ -21,6 +22,7 @@ import random
 import statistics
 from typing import Any
 
+import gevent
 from locust import FastHttpUser, constant, constant_throughput, task
 
 SHAPES: dict[str, Any] = json.loads(open(os.environ["KS_LOAD_SHAPES"]).read())
@@ -28,6 +30,8 @@ WORKERS = int(os.environ.get("KS_LOAD_WORKERS", "16"))
 CLIENT_RPS = float(os.environ.get("KS_LOAD_CLIENT_RPS", "3.1"))
 JOB_SHARE = float(os.environ.get("KS_LOAD_JOB_SHARE", "0.1"))
 RUN = os.environ.get("KS_LOAD_RUN", "load")
+#: seconds a worker spends per leased candidate (compiling and timing it on its GPU)
+MEASURE_S = float(os.environ.get("KS_LOAD_MEASURE_S", "0"))
 GPU = SHAPES["gpu"]
 #: FAKE peaks of the simulated GPU model (about an H100's)
 PEAK_TFLOPS = {"bf16": 800.0, "fp16": 800.0, "fp32": 50.0, "tf32": 400.0, "fp8_e4m3": 1600.0}
@@ -86,6 +90,7 @@ class Worker(FastHttpUser):
             return
         results = [{"candidate_id": c["id"], "measurement": self._answer(c)}
                    for c in grant["candidates"]]
+        gevent.sleep(MEASURE_S * len(results))  # the GPU at work
         with self.client.post(f"/v1/workers/{self.worker_id}/report", name="POST report",
                               json={"lease_id": grant["lease_id"], "results": results},
                               catch_response=True) as r:

@@ -88,8 +88,12 @@ def markdown(runs: list[dict[str, Any]], findings: str = "") -> str:
             f"Command (at {run.get('commit') or '?'}): `{run['command']}`", "",
             f"{run['users']} clients offering {run['offered_rps']:.0f} requests/s "
             f"({run.get('job_share', 0.1):.0%} job submissions) and "
-            f"{run['workers']} workers for {run['duration_s']} s; API processes: "
-            f"{run['processes']}; every question asked twice before the run: "
+            f"{run['workers']} workers"
+            + (f" (each {run['measure_s']:g} s per candidate before it reports)"
+               if "measure_s" in run else "")
+            + f" for {run['duration_s']} s; API processes: {run['processes']}"
+            + (f" (planning: {run['planning']})" if "planning" in run else "")
+            + "; every question asked twice before the run: "
             f"{'yes' if run.get('warm') else 'no'}. Load average (1 min) during the run: mean "
             f"{load['mean']:.1f}, max {load['max']:.1f} on {m['cores']} cores (before: "
             f"{load['before']}).", "",
