@@ -261,8 +261,15 @@ class AgentLoop:
             tiers = {c.tier for c in cands.job_candidates(s, job.id)
                      if c.trial_number is not None}
         for tier in sorted(tiers, key=str):
-            self.with_tuner(job, tier, lambda t, tier=tier: self._settle_stale(
-                job, tier, t, tell_all=True))
+            try:
+                self.with_tuner(job, tier, lambda t, tier=tier: self._settle_stale(
+                    job, tier, t, tell_all=True))
+            except Exception as exc:
+                if outage_of(exc) is not None:
+                    raise
+                # a tier whose tuner cannot be made here (say, CUTLASS with no catalogue of
+                # this GPU model) has nothing to be told; the others still are
+                log.warning("job %s: trials of tier %s not told: %s", job.id, tier, exc)
 
     def _settle_stale(self, job: JobRecord, tier: str | None, tuner: Any, *,
                       tell_all: bool = False) -> None:

@@ -52,19 +52,21 @@ class Planner:
 
     def step(self) -> int:
         """Plan one batch of marked jobs (and, every ``DEADLINE_EVERY_S``, the running jobs
-        out of time); returns how many jobs were planned. A job whose planning failed is
-        marked again; a database outage is raised after that (``run`` waits and retries)."""
+        out of time); returns how many jobs were claimed. A job whose planning failed is
+        logged and left to its next mark; on a database outage the claimed jobs not planned
+        are marked again and the outage is raised (``run`` waits and retries)."""
         with self.flow.db.session() as s:
             ids = jobs.claim_due(s, self.batch)
         for n, job_id in enumerate(ids):
             try:
                 self._plan(job_id)
             except Exception as exc:
-                self._mark_again(ids[n:])
                 if outage_of(exc) is not None:
+                    self._mark_again(ids[n:])
                     raise
-                log.exception("planning job %s failed; marked again", job_id)
-                return n
+                # not marked again at once (it would fail first in every claim, ahead of the
+                # rest): its next change, or the idle sweep, marks it again
+                log.exception("planning job %s failed", job_id)
         self.planned += len(ids)
         now = self.monotonic()
         if now - self._deadlines_at >= DEADLINE_EVERY_S:

@@ -75,13 +75,16 @@ class Worker(FastHttpUser):
                 self.worker_id = None
                 return
             self.worker_id = int(r.json()["worker_id"])
+            # the secret its first registration returns goes with every call under its id
+            self.headers = {"X-Worker-Secret": r.json()["worker_secret"]}
 
     @task
     def work(self) -> None:
         if self.worker_id is None:
             return
         with self.client.post(f"/v1/workers/{self.worker_id}/lease", name="POST lease",
-                              json={"max_candidates": 4}, catch_response=True) as r:
+                              json={"max_candidates": 4}, headers=self.headers,
+                              catch_response=True) as r:
             if r.status_code != 200:
                 r.failure(f"lease: {r.status_code} {r.text[:200]}")
                 return
@@ -93,7 +96,7 @@ class Worker(FastHttpUser):
         gevent.sleep(MEASURE_S * len(results))  # the GPU at work
         with self.client.post(f"/v1/workers/{self.worker_id}/report", name="POST report",
                               json={"lease_id": grant["lease_id"], "results": results},
-                              catch_response=True) as r:
+                              headers=self.headers, catch_response=True) as r:
             if r.status_code != 200:
                 r.failure(f"report: {r.status_code} {r.text[:200]}")
             elif r.json()["rejected"]:

@@ -92,3 +92,29 @@ def test_two_apis_and_four_workers_of_two_gpu_models(database_url: str, tmp_path
 def _registered(cl: Cluster) -> int:
     with cl.db.read_session() as s:
         return int(s.scalar(select(func.count()).select_from(WorkerRow)) or 0)
+
+
+def test_background_planning_with_two_apis_and_their_planners(database_url: str,
+                                                               tmp_path: Path) -> None:
+    """``KS_PLANNING=background``: each ``serve`` starts a planner beside its API, so two
+    planners share the marked jobs (``FOR UPDATE SKIP LOCKED``); the leases and reports plan
+    nothing. Jobs still run to a decision, every trial told to its study once."""
+    with Cluster(tmp_path, database_url, lease_seconds=30, KS_PLANNING="background") as cl:
+        cl.migrate()
+        api1, api2 = cl.api("api1"), cl.api("api2")
+        workers = [cl.worker("a1", api1), cl.worker("a2", api2)]
+        wait_until(lambda: _registered(cl) == 2, 180, "two workers registered", cl._dump)
+        one, two = cl.client(api1), cl.client(api2)
+        submitted = [one.submit_job(PROBLEM, budget={"max_trials": 4}, policy=FORCE),
+                     two.submit_job(OTHER, budget={"max_trials": 4}, policy=FORCE)]
+        finals = [cl.wait_job(api2 if i % 2 else api1, j["id"]) for i, j in enumerate(submitted)]
+        states = [state(cl.db, j["id"]) for j in submitted]
+        assert_studies_match(cl.db, states)
+        logs = "".join(p.log() for p in cl.procs)
+        alive = [w.name for w in workers if w.alive]
+    assert [j["status"] for j in finals] == ["done"] * 2, finals
+    assert all(j["decision"] is not None for j in finals)
+    for st in states:
+        assert_each_measured_once(st)
+    assert alive == ["a1", "a2"]
+    assert logs.count("planner started (pid") == 2, logs[-3000:]

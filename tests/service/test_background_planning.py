@@ -179,3 +179,25 @@ def test_cancel_marks_and_the_planner_closes_the_trials(
     planning.drain()
     proposed = sorted(n for t in tiers for n in range(t.trials))
     assert proposed and sorted(n for t in tiers for n in t.abandoned) == proposed
+
+
+def test_a_job_whose_planning_fails_does_not_hold_up_the_others(
+        app: FastAPI, driver: Any, planning: Planning, monkeypatch: Any) -> None:
+    first = driver.submit({"max_trials": 4})
+    second = driver.submit({"max_trials": 4})
+    w = driver.register()
+    driver.lease(w)  # binds the first
+    driver.lease(w)  # binds the second
+    agent = app.state.flow.agent
+    advance = agent.advance
+
+    def broken(job_id: int, *args: Any) -> None:
+        if job_id == first["id"]:
+            raise RuntimeError("a planning bug")
+        advance(job_id, *args)
+
+    monkeypatch.setattr(agent, "advance", broken)
+    planning.drain()  # ends: a failed job is not marked again by its own failure
+    assert driver.job(second["id"])["progress"]["outstanding"] > 0  # planned regardless
+    assert driver.job(first["id"])["progress"]["outstanding"] == 0
+    assert not _due(app, first["id"]) and not _due(app, second["id"])
