@@ -33,10 +33,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from db.engine import Database
-from db.models import ProblemRow
+from db.models import CandidateRow, JobRow, ProblemRow
+from db.records import ACTIVE_JOB, OUTSTANDING, CandidateStatus, JobStatus
 from scripts.dashboard import timings
 from scripts.dashboard.seed import seed_database
 from scripts.load import report, shapes
@@ -88,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, command: str) -> int:
     _seed_if_empty(args.db)
+    left = _cancel_active(args.db)
+    if left:
+        print(f"cancelled {left} jobs left queued or running (an earlier run's)",
+              file=sys.stderr)
     database = timings.counts(args.db)
     with tempfile.TemporaryDirectory(prefix="ks-load-") as tmp:
         shapes_file = Path(tmp) / "shapes.json"
@@ -145,6 +150,27 @@ def _seed_if_empty(url: str) -> None:
     if empty:
         print(f"seeding {url} (10,000 problems, 1,000,000 measurements)", file=sys.stderr)
         seed_database(url, problems=10_000, measurements=1_000_000)
+
+
+def _cancel_active(url: str) -> int:
+    """Cancel the jobs an earlier run left queued or running (and their outstanding
+    candidates): each run starts from the same queue, empty, under the queue's limit."""
+    db = Database(url)
+    try:
+        with db.session() as s:
+            ids = list(s.scalars(select(JobRow.id).where(JobRow.status.in_(ACTIVE_JOB))))
+            for i in range(0, len(ids), 1000):
+                chunk = ids[i:i + 1000]
+                s.execute(update(CandidateRow).where(
+                    CandidateRow.job_id.in_(chunk), CandidateRow.status.in_(OUTSTANDING))
+                    .values(status=CandidateStatus.CANCELLED.value,
+                            failure_reason="cancelled before a load run"))
+                s.execute(update(JobRow).where(JobRow.id.in_(chunk)).values(
+                    status=JobStatus.CANCELLED.value, plan_due=False,
+                    finished_at=datetime.now(UTC), error="cancelled before a load run"))
+        return len(ids)
+    finally:
+        db.dispose()
 
 
 def _serve(args: argparse.Namespace) -> subprocess.Popen[bytes]:

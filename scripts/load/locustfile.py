@@ -6,7 +6,8 @@ rate is set by the number of users, not by the server's latency. ``Worker``: a s
 host (exactly ``KS_LOAD_WORKERS`` of them) that registers, then leases and reports FAKE but
 plausible results in a loop: library and Triton times near what the shape's FLOPs allow on the
 GPU model, a calibration's peaks, a verification's repeated times, each after
-``KS_LOAD_MEASURE_S`` seconds per candidate (the time a GPU takes to compile and time one).
+``KS_LOAD_MEASURE_S`` seconds per candidate (the time a GPU takes to compile and time one),
+waiting ``KS_LOAD_POLL_S`` (1 s, a real worker's default) after an empty lease.
 
 Environment: ``KS_LOAD_SHAPES`` (a JSON file: ``{"best": [query, ...], "jobs": [problem, ...],
 "gpu": model}``), ``KS_LOAD_WORKERS`` (0: none), ``KS_LOAD_CLIENT_RPS`` (requests per second
@@ -32,6 +33,8 @@ JOB_SHARE = float(os.environ.get("KS_LOAD_JOB_SHARE", "0.1"))
 RUN = os.environ.get("KS_LOAD_RUN", "load")
 #: seconds a worker spends per leased candidate (compiling and timing it on its GPU)
 MEASURE_S = float(os.environ.get("KS_LOAD_MEASURE_S", "0"))
+#: seconds a worker waits after an empty lease (a real worker's default KS_POLL_S)
+POLL_S = float(os.environ.get("KS_LOAD_POLL_S", "1.0"))
 GPU = SHAPES["gpu"]
 #: FAKE peaks of the simulated GPU model (about an H100's)
 PEAK_TFLOPS = {"bf16": 800.0, "fp16": 800.0, "fp32": 50.0, "tf32": 400.0, "fp8_e4m3": 1600.0}
@@ -90,6 +93,7 @@ class Worker(FastHttpUser):
                 return
             grant = r.json()
         if not grant["candidates"]:
+            gevent.sleep(POLL_S)
             return
         results = [{"candidate_id": c["id"], "measurement": self._answer(c)}
                    for c in grant["candidates"]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -207,10 +208,16 @@ _COERCE: dict[str, Callable[[str], Any]] = {
 _WHAT = {"bool": "true or false", "int": "an integer", "float": "a number"}
 
 
+@functools.lru_cache(maxsize=64)
+def _hints(problem_type: type) -> dict[str, Any]:
+    """The field types of a problem dataclass (resolved once: it is on every ``/v1/best``)."""
+    return typing.get_type_hints(problem_type)
+
+
 def parse_query(kind: ProblemKind, params: Mapping[str, str]) -> Problem:
     """A problem from query-string values (``/v1/best?kind=gemm&m=...``): each value is read
     as its field's type, then parsed as a JSON spec would be."""
-    hints = typing.get_type_hints(kind.problem_type)
+    hints = _hints(kind.problem_type)
     data: dict[str, Any] = {}
     for name, raw in params.items():
         if name == "kind":
