@@ -210,14 +210,14 @@ class Flow:
             return worker, issued
 
     def lease(self, worker_id: int, max_candidates: int) -> LeaseGrant:
-        worker = self._worker(worker_id)
-        device = Device.from_dict(worker.device)
-        self.expire_stale()
         now = self.clock()
         lease_id = str(uuid.uuid4())
         expires = now + timedelta(seconds=self.settings.lease_seconds)
         if self.background:
-            return self._lease_planned(worker, device, max_candidates, lease_id, now, expires)
+            return self._lease_planned(worker_id, max_candidates, lease_id, now, expires)
+        worker = self._worker(worker_id)
+        device = Device.from_dict(worker.device)
+        self.expire_stale()
         with self.db.session() as s:
             workers.touch(s, worker_id, now)
         granted: list[Candidate] = []
@@ -244,50 +244,52 @@ class Flow:
             return LeaseGrant(None, None, self.settings.lease_seconds, [], [])
         return LeaseGrant(lease_id, expires, self.settings.lease_seconds, granted, attempts)
 
-    def _lease_planned(self, worker: WorkerRecord, device: Device, max_candidates: int,
-                       lease_id: str, now: datetime, expires: datetime) -> LeaseGrant:
-        """A lease that plans nothing (``planning="background"``): what the planner has queued
-        for the worker's GPU model, in one statement; with room left, the oldest unbound job
-        the device can run is bound and marked for the planner (its candidates come in a
-        later lease)."""
+    def _lease_planned(self, worker_id: int, max_candidates: int, lease_id: str,
+                       now: datetime, expires: datetime) -> LeaseGrant:
+        """A lease that plans nothing (``planning="background"``), in one transaction: take
+        back expired leases (their jobs marked), hand out what the planner has queued for the
+        worker's GPU model in one statement, and, with room left, bind the oldest queued job
+        the device can run and mark it for the planner (its candidates come in a later
+        lease)."""
         with self.db.session() as s:
-            workers.touch(s, worker.id, now)
+            worker = workers.get_worker(s, worker_id)
+            if worker is None:
+                raise NotFound(f"worker {worker_id} not found: register with "
+                               "POST /v1/workers/register")
+            device = Device.from_dict(worker.device)
+            expired = cands.expire_stale(s, now, self.settings.max_attempts)
+            jobs.mark_due(s, [e.candidate.job_id for e in expired])
+            workers.touch(s, worker_id, now)
             got = cands.lease_pending_of_model(s, worker.gpu_model, device.backends,
-                                               max_candidates, lease_id, worker.id, expires)
+                                               max_candidates, lease_id, worker_id, expires)
             if got:
-                cands.create_lease(s, lease_id, worker.id, now, expires)
-        if len(got) < max_candidates:
-            self._bind_next(device, now)
+                cands.create_lease(s, lease_id, worker_id, now, expires)
+            problems = {j: rec.problem for j in {c.job_id for c in got}
+                        if (rec := jobs.get_job(s, j)) is not None}
+            if len(got) < max_candidates:
+                self._bind_next(s, device, now)
         if not got:
             return LeaseGrant(None, None, self.settings.lease_seconds, [], [])
-        problems = self._problems({c.job_id for c in got})
         return LeaseGrant(lease_id, expires, self.settings.lease_seconds,
                           [Candidate(problems[c.job_id], c.backend, c.config, c.id, c.task)
                            for c in got], [c.attempts for c in got])
 
-    def _bind_next(self, device: Device, now: datetime) -> None:
+    def _bind_next(self, s: Session, device: Device, now: datetime) -> None:
         """Bind the oldest queued job that ``device`` can run to its GPU model and mark it for
-        the planner."""
+        the planner (in the lease's transaction)."""
         after = 0
         while True:
-            with self.db.read_session() as s:
-                page = jobs.unbound_jobs(s, device.gpu_model, after=after, limit=_PAGE)
+            page = jobs.unbound_jobs(s, device.gpu_model, after=after, limit=_PAGE)
             for job in page:
                 if not self._fits(job, device):
                     continue
                 backends = [b for b in job.backends if b in device.backends]
-                with self.db.session() as s:
-                    if jobs.bind_job(s, job.id, device.gpu_model, backends, now):
-                        jobs.mark_due(s, [job.id])
-                        return
+                if jobs.bind_job(s, job.id, device.gpu_model, backends, now):
+                    jobs.mark_due(s, [job.id])
+                    return
             if len(page) < _PAGE:
                 return
             after = page[-1].id
-
-    def _problems(self, job_ids: set[int]) -> dict[int, Problem]:
-        with self.db.read_session() as s:
-            return {j: rec.problem for j in job_ids
-                    if (rec := jobs.get_job(s, j)) is not None}
 
     def _plan(self, job_id: int, device: dict[str, Any] | None = None) -> None:
         """Plan the job now (``planning="inline"``), or mark it for the planner."""
