@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import exists, func, or_, select, text, update
+from sqlalchemy import delete, exists, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from db.models import CandidateRow, JobRow, MeasurementRow, ProblemRow
+from db.models import CandidateRow, JobRow, MeasurementRow, PlanMarkRow, ProblemRow
 from db.records import ACTIVE_JOB, OUTSTANDING, JobRecord, JobStatus, ProblemRecord
 from search import kinds
 from search.types import Problem
@@ -163,23 +163,31 @@ def finish_job(session: Session, job_id: int, status: JobStatus, now: datetime,
 
 def mark_due(session: Session, job_ids: Sequence[int]) -> None:
     """Mark the jobs for the planner (``service.planner``): something the decision loop reads
-    changed. Written in the transaction of the change, so the mark commits with it."""
+    changed. Written in the transaction of the change, so the mark commits with it; an insert,
+    so it never waits for a planner holding the job's row."""
     ids = sorted(set(job_ids))
     if ids:
-        session.execute(update(JobRow).where(JobRow.id.in_(ids), JobRow.plan_due.is_(False))
-                        .values(plan_due=True))
+        session.execute(insert(PlanMarkRow), [{"job_id": j} for j in ids])
 
 
 def claim_due(session: Session, limit: int) -> list[int]:
-    """Up to ``limit`` marked jobs, oldest first, their marks cleared: this planner plans them
-    (another planner skips rows locked here; a change committed after the claim marks the job
-    again, so nothing is planned on stale evidence for long)."""
-    ids = list(session.scalars(select(JobRow.id).where(JobRow.plan_due.is_(True))
-                               .order_by(JobRow.id).limit(limit)
-                               .with_for_update(skip_locked=True)))
-    if ids:
-        session.execute(update(JobRow).where(JobRow.id.in_(ids)).values(plan_due=False))
+    """The jobs of up to ``limit`` marks, oldest mark first, their marks deleted: this planner
+    plans them (another planner skips the marks locked here; a change committed after the
+    claim marks the job again, so nothing is planned on stale evidence for long)."""
+    oldest = (select(PlanMarkRow.id).order_by(PlanMarkRow.id).limit(limit)
+              .with_for_update(skip_locked=True).scalar_subquery())
+    ids = sorted(set(session.scalars(
+        delete(PlanMarkRow).where(PlanMarkRow.id.in_(oldest)).returning(PlanMarkRow.job_id))))
+    if ids:  # the same jobs' other marks: planned now too (those another planner holds stay)
+        others = (select(PlanMarkRow.id).where(PlanMarkRow.job_id.in_(ids))
+                  .with_for_update(skip_locked=True).scalar_subquery())
+        session.execute(delete(PlanMarkRow).where(PlanMarkRow.id.in_(others)))
     return ids
+
+
+def is_marked(session: Session, job_id: int) -> bool:
+    """Whether the job waits for the planner."""
+    return session.scalar(select(exists().where(PlanMarkRow.job_id == job_id))) or False
 
 
 def running_with_deadline(session: Session) -> list[JobRecord]:
@@ -208,7 +216,8 @@ def running_idle(session: Session) -> list[int]:
     """Running jobs with nothing pending or leased: each waits for planning alone."""
     return list(session.scalars(
         select(JobRow.id).where(
-            JobRow.status == JobStatus.RUNNING.value, JobRow.plan_due.is_(False),
+            JobRow.status == JobStatus.RUNNING.value,
+            ~exists().where(PlanMarkRow.job_id == JobRow.id),
             ~exists().where(CandidateRow.job_id == JobRow.id,
                             CandidateRow.status.in_(OUTSTANDING)))
         .order_by(JobRow.id)))

@@ -23,7 +23,6 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
-    false,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -105,8 +104,7 @@ class ProblemRow(Base):
 class JobRow(Base):
     __tablename__ = "jobs"
     __table_args__ = (Index("ix_jobs_created_at", "created_at"),
-                      Index("ix_jobs_owner_status", "owner", "status"),
-                      Index("ix_jobs_plan_due", "plan_due"))
+                      Index("ix_jobs_owner_status", "owner", "status"))
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     problem_id: Mapped[int] = mapped_column(IdType, ForeignKey("problems.id"), index=True)
@@ -131,9 +129,16 @@ class JobRow(Base):
     #: the name of the user token that submitted it (NULL: submitted while the service was
     #: open, or before owners existed)
     owner: Mapped[str | None] = mapped_column(String(64))
-    #: something the decision loop reads changed since the planner last planned the job
-    #: (``KS_PLANNING=background``: ``service.planner``)
-    plan_due: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
+class PlanMarkRow(Base):
+    """A change the decision loop reads, waiting for the planner (``KS_PLANNING=background``:
+    ``service.planner``); no foreign key, so that marking never waits on the job's row."""
+
+    __tablename__ = "plan_marks"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(IdType, index=True)
 
 
 #: A row is a kernel (``backend``) or a task (``task``: calibration, verification), never both.

@@ -1,7 +1,7 @@
 """The planner: the decision loop run beside the API rather than inside its requests.
 
 With ``KS_PLANNING=background`` a lease only hands out what is queued, a report only stores its
-results, and both mark the jobs they touched (``jobs.plan_due``, in the transaction of the
+results, and both mark the jobs they touched (``plan_marks``, in the transaction of the
 change). The planner claims marked jobs (``FOR UPDATE SKIP LOCKED``: several planners share the
 marks), tells each tier's Optuna study what its trials measured (``AgentLoop.settle``), and
 advances the job: proposals, verification, the decision. It also finishes running jobs whose

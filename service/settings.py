@@ -28,7 +28,7 @@ class ServiceSettings(BaseSettings):
     planning: Literal["inline", "background"] = Field(
         "inline", description="inline: leases, reports and job reads run the decision loop "
         "(Optuna's proposals and tells, the decisions) before they answer, as one process "
-        "serving one user wants; background: they only mark the job (jobs.plan_due) and a "
+        "serving one user wants; background: they only mark the job (db table plan_marks) and a "
         "planner process plans it (`kernelsearch planner`, started by `serve` in this mode), "
         "so a fleet's requests answer in milliseconds")
     window: int = Field(16, ge=1, le=1024, description="outstanding candidates per job")

@@ -33,10 +33,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 
 from db.engine import Database
-from db.models import CandidateRow, JobRow, ProblemRow
+from db.models import CandidateRow, JobRow, PlanMarkRow, ProblemRow
 from db.records import ACTIVE_JOB, OUTSTANDING, CandidateStatus, JobStatus
 from scripts.dashboard import timings
 from scripts.dashboard.seed import seed_database
@@ -165,8 +165,9 @@ def _cancel_active(url: str) -> int:
                     CandidateRow.job_id.in_(chunk), CandidateRow.status.in_(OUTSTANDING))
                     .values(status=CandidateStatus.CANCELLED.value,
                             failure_reason="cancelled before a load run"))
+                s.execute(delete(PlanMarkRow).where(PlanMarkRow.job_id.in_(chunk)))
                 s.execute(update(JobRow).where(JobRow.id.in_(chunk)).values(
-                    status=JobStatus.CANCELLED.value, plan_due=False,
+                    status=JobStatus.CANCELLED.value,
                     finished_at=datetime.now(UTC), error="cancelled before a load run"))
         return len(ids)
     finally:

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import select
 
-from db.models import JobRow
+from db import jobs
 from service.planner import Planner
 from service.settings import ServiceSettings
 
@@ -78,7 +77,7 @@ def planning(app: FastAPI, who: list[str]) -> Planning:
 
 def _due(app: FastAPI, job_id: int) -> bool:
     with app.state.flow.db.read_session() as s:
-        return bool(s.scalar(select(JobRow.plan_due).where(JobRow.id == job_id)))
+        return jobs.is_marked(s, job_id)
 
 
 def test_requests_only_mark_and_the_planner_runs_the_job(
