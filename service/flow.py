@@ -319,11 +319,14 @@ class Flow:
 
     def report(self, worker_id: int, lease_id: str,
                results: Iterable[tuple[int, Measurement]]) -> ReportOutcome:
-        """Store each result of the lease, each in its own transaction under the candidate's row
-        lock, so that a report stored is never stored twice (a retry, the same report through
-        another API process) and a late one (its lease expired, the candidate re-queued or run
-        again) is refused: at most one measurement per candidate. A repeat of a stored report
-        tells the tuner again (a no-op unless the first telling was cut off)."""
+        """Store each result of the lease (inline planning: each in its own transaction) under
+        the candidate's row lock, so that a report stored is never stored twice (a retry, the
+        same report through another API process) and a late one (its lease expired, the
+        candidate re-queued or run again) is refused: at most one measurement per candidate.
+        A repeat of a stored report tells the tuner again (a no-op unless the first telling
+        was cut off)."""
+        if self.background:
+            return self._report_planned(worker_id, lease_id, results)
         worker = self._worker(worker_id)
         accepted: list[int] = []
         rejected: list[tuple[int, str]] = []
@@ -332,16 +335,6 @@ class Flow:
             with self.db.session() as s:
                 got = _store(s, worker, lease_id, candidate_id, measurement, self.clock(),
                              self.settings.implausible_below)
-                if self.background and got.cand is not None and (
-                        got.refused is None or got.stored is not None):
-                    # stored, or a repeat: the planner tells the tuner (in this transaction)
-                    jobs.mark_due(s, [got.cand.job_id])
-            if self.background:
-                if got.cand is None or got.job is None or got.refused is not None:
-                    rejected.append((candidate_id, got.refused or "unknown candidate"))
-                else:
-                    accepted.append(candidate_id)
-                continue
             if got.cand is None or got.job is None or got.refused is not None:
                 rejected.append((candidate_id, got.refused or "unknown candidate"))
                 if got.stored is not None and got.cand is not None and got.job is not None:
@@ -353,6 +346,32 @@ class Flow:
             self._tell(got.job, got.cand, got.measurement or measurement, worker.device)
         for job_id in sorted(touched):
             self.agent.advance(job_id, worker.device)
+        return ReportOutcome(accepted, rejected)
+
+    def _report_planned(self, worker_id: int, lease_id: str,
+                        results: Iterable[tuple[int, Measurement]]) -> ReportOutcome:
+        """A report that tells no tuner (``planning="background"``): every result stored in one
+        transaction, the candidates locked in id order (two reports of the same candidates, a
+        retry racing its original, never lock in opposite orders), and the jobs of what was
+        stored, or repeated, marked for the planner, which tells the studies."""
+        accepted: list[int] = []
+        rejected: list[tuple[int, str]] = []
+        with self.db.session() as s:
+            worker = workers.get_worker(s, worker_id)
+            if worker is None:
+                raise NotFound(f"worker {worker_id} not found: register with "
+                               "POST /v1/workers/register")
+            marked: set[int] = set()
+            for candidate_id, measurement in sorted(results, key=lambda r: r[0]):
+                got = _store(s, worker, lease_id, candidate_id, measurement, self.clock(),
+                             self.settings.implausible_below)
+                if got.cand is not None and (got.refused is None or got.stored is not None):
+                    marked.add(got.cand.job_id)  # stored, or a repeat: the planner tells
+                if got.cand is None or got.job is None or got.refused is not None:
+                    rejected.append((candidate_id, got.refused or "unknown candidate"))
+                else:
+                    accepted.append(candidate_id)
+            jobs.mark_due(s, sorted(marked))
         return ReportOutcome(accepted, rejected)
 
     def _tell(self, job: JobRecord, cand: CandidateRecord, measurement: Measurement,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
-from db import jobs
+from db import jobs, measurements
 from service.planner import Planner
 from service.settings import ServiceSettings
 
@@ -200,3 +200,30 @@ def test_a_job_whose_planning_fails_does_not_hold_up_the_others(
     assert driver.job(second["id"])["progress"]["outstanding"] > 0  # planned regardless
     assert driver.job(first["id"])["progress"]["outstanding"] == 0
     assert not _due(app, first["id"]) and not _due(app, second["id"])
+
+
+def test_a_report_is_stored_whole_and_its_repeat_refused(
+        app: FastAPI, driver: Any, planning: Planning, client: Any) -> None:
+    job = driver.submit({"max_trials": 4})
+    w = driver.register()
+    driver.lease(w)
+    planning.drain()
+    grant = driver.lease(w)
+    ids = sorted(c["id"] for c in grant["candidates"])
+    body = {"lease_id": grant["lease_id"],
+            "results": [{"candidate_id": i, "measurement": driver.fake_ok(20.0 + i)}
+                        for i in reversed(ids)] + [
+                           {"candidate_id": 999_999, "measurement": driver.fake_ok(1.0)}]}
+    first = client.post(f"/v1/workers/{w}/report", json=body).json()
+    assert first["accepted"] == ids  # in the order they were locked: by id
+    assert [r["candidate_id"] for r in first["rejected"]] == [999_999]
+    assert _due(app, job["id"])
+    planning.drain()
+    again = client.post(f"/v1/workers/{w}/report", json=body).json()
+    assert again["accepted"] == []
+    assert all("already reported" in r["reason"] for r in again["rejected"][:-1])
+    assert _due(app, job["id"])  # a repeat is marked too: the planner tells what it missed
+    with app.state.flow.db.read_session() as s:
+        stored = measurements.of_candidates(s, ids)
+    assert sorted(stored) == ids and {m.median_us for m in stored.values()} == {
+        20.0 + i for i in ids}  # each stored once, the first report's values
