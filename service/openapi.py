@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from search import kinds
 from search.kinds.base import MAX_TEXT, ProblemKind
 
-__all__ = ["install", "problem_schema"]
+__all__ = ["best_parameters", "install", "problem_schema"]
 
 #: An integer field's largest value unless its metadata says (a 32-bit signed index).
 MAX_INT = 2**31 - 1
@@ -58,6 +58,32 @@ def problem_schema(kind: ProblemKind) -> dict[str, Any]:
             "required": required, "additionalProperties": False}
 
 
+def best_parameters() -> list[dict[str, Any]]:
+    """``GET /v1/best``'s query parameters besides ``kind``, ``gpu`` and ``exact``: every
+    registered kind's problem fields (a field of several kinds takes any of their schemas),
+    each optional here: which ones a question needs depends on its ``kind``."""
+    by_name: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for name, kind in sorted(kinds.kinds().items()):
+        for field, sch in problem_schema(kind)["properties"].items():
+            if field != "kind":
+                by_name.setdefault(field, []).append((name, _not_null(sch)))
+    out = []
+    for field, found in by_name.items():
+        schemas = [sch for i, (_, sch) in enumerate(found) if sch not in
+                   [other for _, other in found[:i]]]
+        owners = ", ".join(name for name, _ in found)
+        out.append({"name": field, "in": "query", "required": False,
+                    "description": f"a field of the problem ({owners})",
+                    "schema": schemas[0] if len(schemas) == 1 else {"anyOf": schemas}})
+    return out
+
+
+def _not_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """A field's schema without its null choice (a query parameter is absent instead)."""
+    options = [o for o in schema.get("anyOf", [schema]) if o != {"type": "null"}]
+    return options[0] if len(options) == 1 else {"anyOf": options}
+
+
 def install(app: FastAPI) -> None:
     """Describe ``JobIn.problem`` by the kinds registered when the schema is first built."""
     plain = app.openapi
@@ -69,6 +95,9 @@ def install(app: FastAPI) -> None:
             job_in["problem"] = {
                 "description": "the problem: `kind` (default gemm) and that kind's fields",
                 "anyOf": [problem_schema(k) for _, k in sorted(kinds.kinds().items())]}
+            best = schema["paths"].get("/v1/best", {}).get("get")
+            if best is not None:
+                best.setdefault("parameters", []).extend(best_parameters())
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -157,3 +157,17 @@ def test_openapi_docs(client: TestClient) -> None:
                  "/v1/workers/{worker_id}/leases/{lease_id}/renew",
                  "/v1/workers/{worker_id}/report"):
         assert path in paths
+
+
+def test_openapi_documents_the_problem_fields_of_best(client: TestClient) -> None:
+    params = {p["name"]: p for p in
+              client.get("/openapi.json").json()["paths"]["/v1/best"]["get"]["parameters"]}
+    # GEMM's fields (the default kind) and attention's, each optional, with its bounds
+    for name in ("m", "n", "k", "dtype", "layout_b", "heads", "s_kv", "causal"):
+        assert params[name]["in"] == "query" and params[name]["required"] is False, name
+    assert params["m"]["schema"]["type"] == "integer" and params["m"]["schema"]["minimum"] == 1
+    assert "gemm" in params["m"]["description"] and "attention" in params["heads"]["description"]
+    # a field of both kinds takes either kind's schema
+    dtypes = [set(o["enum"]) for o in params["dtype"]["schema"]["anyOf"]]
+    assert {"bf16", "fp16", "fp32", "fp8_e4m3"} in dtypes and {"bf16", "fp16", "fp32"} in dtypes
+    assert {"kind", "gpu", "exact"} <= set(params)
