@@ -160,19 +160,11 @@ def lease_pending(session: Session, job_id: int, backends: Sequence[str], limit:
         .where(CandidateRow.job_id == job_id,
                CandidateRow.status == CandidateStatus.PENDING.value,
                or_(CandidateRow.backend.in_(list(backends)), CandidateRow.task.is_not(None)),
-               ~exists().where(MeasurementRow.candidate_id == CandidateRow.id,
-                               MeasurementRow.worker_id == worker_id,
-                               MeasurementRow.status == Status.HELD.value))
+               _not_held_by(worker_id))
         .order_by(case((CandidateRow.tier.is_(None), 0), else_=1), CandidateRow.id)
         .limit(limit)
         .with_for_update(skip_locked=True)))
-    for row in rows:
-        row.status = CandidateStatus.LEASED.value
-        row.lease_id = lease_id
-        row.lease_expires_at = expires_at
-        row.worker_id = worker_id
-    session.flush()
-    return [CandidateRecord.of(r) for r in rows]
+    return _hand_out(session, rows, lease_id, worker_id, expires_at)
 
 
 def lease_pending_of_model(session: Session, gpu_model: str, backends: Sequence[str],
@@ -190,13 +182,24 @@ def lease_pending_of_model(session: Session, gpu_model: str, backends: Sequence[
         .where(JobRow.status == JobStatus.RUNNING.value, JobRow.bound_gpu == gpu_model,
                CandidateRow.status == CandidateStatus.PENDING.value,
                or_(CandidateRow.backend.in_(list(backends)), CandidateRow.task.is_not(None)),
-               ~exists().where(MeasurementRow.candidate_id == CandidateRow.id,
-                               MeasurementRow.worker_id == worker_id,
-                               MeasurementRow.status == Status.HELD.value))
+               _not_held_by(worker_id))
         .order_by(CandidateRow.job_id, case((CandidateRow.tier.is_(None), 0), else_=1),
                   CandidateRow.id)
         .limit(limit)
         .with_for_update(skip_locked=True, of=CandidateRow)))
+    return _hand_out(session, rows, lease_id, worker_id, expires_at)
+
+
+def _not_held_by(worker_id: int) -> Any:
+    """Not a candidate whose result this worker reported held (another worker re-checks it)."""
+    return ~exists().where(MeasurementRow.candidate_id == CandidateRow.id,
+                           MeasurementRow.worker_id == worker_id,
+                           MeasurementRow.status == Status.HELD.value)
+
+
+def _hand_out(session: Session, rows: list[CandidateRow], lease_id: str, worker_id: int,
+              expires_at: datetime) -> list[CandidateRecord]:
+    """Mark the locked ``rows`` leased to the worker under ``lease_id``."""
     for row in rows:
         row.status = CandidateStatus.LEASED.value
         row.lease_id = lease_id

@@ -168,10 +168,6 @@ class BestFastPath:
         except Exception:  # noqa: BLE001 - it is gone either way
             pass
 
-    async def close(self) -> None:
-        if self._conn is not None:
-            await self._drop(self._conn)
-
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()

@@ -13,7 +13,7 @@ import logging
 import secrets
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -34,10 +34,10 @@ from db.records import (
 )
 from search import kinds
 from search.decision import Policy
-from search.types import Candidate, Device, Measurement, Problem, ProblemError, Status, Task
-from service import plausibility
-from service.agent_loop import AgentLoop, record_calibration, time_up
+from search.types import Candidate, Device, Measurement, Problem, ProblemError, Status
+from service.agent_loop import AgentLoop, time_up
 from service.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
+from service.reports import store
 from service.settings import ServiceSettings
 from service.tokens import digest
 from service.tuning import TunerPool
@@ -333,7 +333,7 @@ class Flow:
         touched: set[int] = set()
         for candidate_id, measurement in results:
             with self.db.session() as s:
-                got = _store(s, worker, lease_id, candidate_id, measurement, self.clock(),
+                got = store(s, worker, lease_id, candidate_id, measurement, self.clock(),
                              self.settings.implausible_below)
             if got.cand is None or got.job is None or got.refused is not None:
                 rejected.append((candidate_id, got.refused or "unknown candidate"))
@@ -363,7 +363,7 @@ class Flow:
                                "POST /v1/workers/register")
             marked: set[int] = set()
             for candidate_id, measurement in sorted(results, key=lambda r: r[0]):
-                got = _store(s, worker, lease_id, candidate_id, measurement, self.clock(),
+                got = store(s, worker, lease_id, candidate_id, measurement, self.clock(),
                              self.settings.implausible_below)
                 if got.cand is not None and (got.refused is None or got.stored is not None):
                     marked.add(got.cand.job_id)  # stored, or a repeat: the planner tells
@@ -504,107 +504,5 @@ def _taken(name: str) -> Forbidden:
                      "(KS_WORKER_NAME) for a new worker")
 
 
-@dataclass(frozen=True)
-class _Stored:
-    """What became of one reported result: stored (``refused`` None), or refused and why;
-    ``stored``: the candidate's measurement stored before (a repeat)."""
-
-    cand: CandidateRecord | None
-    job: JobRecord | None
-    refused: str | None
-    stored: MeasurementRecord | None = None
-    #: what was stored: the report judged against the job's precision bound
-    measurement: Measurement | None = None
-
-
-def _store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
-           measurement: Measurement, now: datetime, implausible_below: float) -> _Stored:
-    """Store one result under the candidate's row lock, unless it is refused; a kernel faster
-    than the roofline allows is stored held (``service.plausibility``)."""
-    cand = cands.get_candidate(s, candidate_id, lock=True)
-    job = jobs.get_job(s, cand.job_id) if cand is not None else None
-    if cand is None or job is None:
-        return _Stored(cand, job, "unknown candidate")
-    reason = _rejection(cand, worker.id, lease_id)
-    if reason is None and job.bound_gpu != worker.gpu_model:
-        reason = (f"candidate {candidate_id} belongs to a job on {job.bound_gpu!r}, not on "
-                  f"this worker's {worker.gpu_model!r}")
-    if reason not in (None, _DUPLICATE):
-        return _Stored(cand, job, reason)
-    stored = measurements.of_candidates(s, [candidate_id]).get(candidate_id)
-    precision = None
-    if cand.backend is not None:
-        # a lowered kernel's error against the job's bound (Policy.judge)
-        precision = kinds.get(job.problem.kind).precision_of(job.problem, cand.backend,
-                                                             cand.config)
-        measurement = Policy.from_dict(job.policy).judge(measurement, precision)
-    if (stored is not None and stored.status == Status.HELD and reason is None
-            and stored.worker_id != worker.id):
-        return _recheck(s, cand, job, worker, stored, measurement, now)
-    if stored is not None:
-        return _Stored(cand, job, _DUPLICATE.format(id=candidate_id), stored)
-    held = None
-    if cand.backend is not None:
-        held = plausibility.why_held(s, job, worker.gpu_model, measurement, precision,
-                                     implausible_below)
-        if held is not None:
-            log.warning("candidate %s of job %s from worker %s %s", cand.id, job.id,
-                        worker.id, held)
-            measurement = replace(measurement, status=Status.HELD, error=held)
-    measurements.add_measurement(s, cand, worker.gpu_model, measurement, worker.id, now,
-                                 precision)
-    if cand.task == Task.CALIBRATE.value and measurement.ok:
-        record_calibration(s, cand, measurement, worker.gpu_model, worker.id, now)
-    if held is not None and cand.status == CandidateStatus.LEASED:
-        cands.requeue_for_recheck(s, cand.id)
-    elif cand.status == CandidateStatus.LEASED:
-        failure = None if measurement.ok else _failure(measurement)
-        cands.finish_candidate(s, cand.id, CandidateStatus.DONE if measurement.ok
-                               else CandidateStatus.FAILED, failure)
-    workers.touch(s, worker.id, now)
-    return _Stored(cand, job, None, measurement=measurement)
-
-
-def _recheck(s: Session, cand: CandidateRecord, job: JobRecord, worker: WorkerRecord,
-             held: MeasurementRecord, again: Measurement, now: datetime) -> _Stored:
-    """Another worker's re-measurement of a held result: within tolerance it releases the held
-    result (status ok), otherwise the result stays held with the reason; the candidate is
-    done either way, and the re-measurement is kept in the held result's ``extra``."""
-    confirmed = plausibility.agrees(held, again)
-    settled = measurements.settle_held(
-        s, held, confirmed=confirmed,
-        error=None if confirmed else plausibility.verdict(held, again, worker.id),
-        extra={"recheck": {"worker_id": worker.id, "median_us": again.median_us,
-                           "status": str(again.status)}})
-    log.warning("held result of candidate %s (job %s) %s by worker %s", cand.id, job.id,
-                "confirmed" if confirmed else "not confirmed", worker.id)
-    cands.finish_candidate(s, cand.id, CandidateStatus.DONE if confirmed
-                           else CandidateStatus.FAILED, None if confirmed else settled.error)
-    workers.touch(s, worker.id, now)
-    return _Stored(cand, job, None, measurement=settled.to_measurement())
-
-
-
 #: Eligible jobs a lease reads at a time (``Flow._eligible``).
 _PAGE = 32
-#: The rejection of a report already stored (``{id}``: the candidate).
-_DUPLICATE = "candidate {id} already reported"
-
-
-def _rejection(cand: CandidateRecord | None, worker_id: int, lease_id: str) -> str | None:
-    if cand is None:
-        return "unknown candidate"
-    if cand.lease_id != lease_id or cand.worker_id != worker_id:
-        if cand.attempts > 0 and cand.lease_id != lease_id:
-            return (f"candidate {cand.id} is not leased to worker {worker_id} under lease "
-                    f"{lease_id}: a lease of it expired and it went back to the queue")
-        return f"candidate {cand.id} is not leased to worker {worker_id} under lease {lease_id}"
-    if cand.status in (CandidateStatus.LEASED, CandidateStatus.CANCELLED):
-        return None  # a cancelled candidate's measurement is still worth keeping
-    if (cand.failure_reason or "").startswith("lease expired"):
-        return f"candidate {cand.id}: {cand.failure_reason}"
-    return _DUPLICATE
-
-
-def _failure(m: Measurement) -> str:
-    return f"{m.status}: {m.error}" if m.error else str(m.status)
