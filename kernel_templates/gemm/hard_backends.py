@@ -2,11 +2,14 @@
 
 - ``repaired`` (library side): the alignment repair's fused copy (``repair.py``), then cuBLAS
   (``torch.matmul``) or a CUTLASS operation on the packed, zero-padded copies. Configs
-  ``{"inner": "cublas" | "cutlass", "b_layout": ..., ["plan": "padded" | "views"], [CUTLASS's
-  "op", "raster", "swizzle", "splits"]}``: ``"views"`` (cuBLAS only) runs on views of the true
-  extents of copies whose rows are aligned, as the Triton side does, writing C directly; the
-  CUTLASS operations are those of the padded problem, built ahead by the worker like the
-  ``cutlass`` backend's.
+  ``{"inner": "cublas" | "cutlass", "b_layout": ..., ["plan": "padded" | "views" | "split"],
+  [CUTLASS's "op", "raster", "swizzle", "splits"]}``: ``"views"`` (cuBLAS only) runs on views of
+  the true extents of copies whose rows are aligned, as the Triton side does, writing C
+  directly; ``"split"`` (cuBLAS only, ``b_layout`` ``"keep"``) copies A's aligned columns and
+  writes the K tail's product to C in one launch, then adds cuBLAS's aligned product to C
+  (``addmm_``, beta 1) with B read in place (``alignment.RepairPlan.split_of``); the CUTLASS
+  operations are those of the padded problem, built ahead by the worker like the ``cutlass``
+  backend's.
 - ``triton_repair``: the copy, then the tiled or the stream-K Triton template on views of the
   copies (``search.kinds.gemm.repair_space`` configs).
 - ``triton_streamk``: the stream-K template (``streamk.py``).
@@ -42,7 +45,7 @@ KernelCall = registry.KernelCall
 CUTLASS_KEYS = ("op", "raster", "swizzle", "splits")
 INNERS = ("cublas", "cutlass")
 #: How a ``repaired`` config lays out the copies (``alignment.RepairPlan``).
-PLANS = ("padded", "views")
+PLANS = ("padded", "views", "split")
 
 
 # -- configurations -----------------------------------------------------------------------------
@@ -59,14 +62,19 @@ def check_repaired_config(config: dict[str, Any]) -> dict[str, Any]:
     plan = config.get("plan", "padded")
     if plan not in PLANS:
         raise InvalidConfig(f"plan must be one of {list(PLANS)}, got {plan!r}")
-    if plan == "views" and inner != "cublas":
+    if plan != "padded" and inner != "cublas":
         raise InvalidConfig("CUTLASS runs on the padded plan only (packed operands whose "
                             "contiguous extents are aligned)")
+    if plan == "split" and config["b_layout"] != "keep":
+        raise InvalidConfig("the split plan reads B in place: b_layout must be 'keep'")
     return {**config, "plan": plan}
 
 
-def _plan(problem: GemmProblem, b_layout: Any, padded: bool) -> RepairPlan:
+def _plan(problem: GemmProblem, b_layout: Any, padded: bool, split: bool = False
+          ) -> RepairPlan:
     try:
+        if split:
+            return RepairPlan.split_of(problem)
         return RepairPlan.of(problem, str(b_layout), padded)
     except ValueError as exc:
         raise InvalidConfig(str(exc)) from None
@@ -105,7 +113,8 @@ def _repaired_factory(cutlass_kernel: Callable[[Any], Any],
         from kernel_templates.gemm.repair import RepairedCall
 
         config = check_repaired_config(candidate.config)
-        plan = _plan(candidate.problem, config["b_layout"], padded=config["plan"] == "padded")
+        plan = _plan(candidate.problem, config["b_layout"], padded=config["plan"] == "padded",
+                     split=config["plan"] == "split")
         if not plan.padded and "C" in unaligned(candidate.problem):
             raise InvalidConfig("the views plan writes C in place: its rows must be aligned")
         if config["inner"] == "cublas":
@@ -116,6 +125,8 @@ def _repaired_factory(cutlass_kernel: Callable[[Any], Any],
                 def call() -> torch.Tensor:
                     # a process-wide flag: set on every call (full fp32, as the cublas backend)
                     torch.backends.cuda.matmul.allow_tf32 = False
+                    if plan.tail:  # C holds the K tail's product: add the aligned one to it
+                        return c.addmm_(a_in, b_in)
                     return torch.matmul(a_in, b_in, out=c)
                 return call
         else:

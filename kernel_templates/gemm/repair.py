@@ -11,6 +11,9 @@ and wraps the inner kernel:
 - ``RepairedCall`` with views plans: the Triton side (``triton_repair`` backend): the tiled or
   the stream-K template on views of the copies with the problem's true extents, writing C
   directly.
+- ``RepairedCall`` with a split plan (``repaired``, cuBLAS): ``_split_kernel`` copies A's
+  aligned columns and writes C with the K tail's rank-``r`` product in one launch; the inner
+  kernel (``Inner`` then adds to C) runs on the copy and a view of B's aligned rows.
 
 The copy kernel (``_repair_kernel``) runs two copy jobs in one launch (program ids first cover
 A's destination tiles, then B's). Each job reads its source in storage order (loads coalesced
@@ -37,11 +40,14 @@ import triton.language as tl
 from kernel_templates.errors import Unsupported
 from search.kinds.gemm.alignment import MAX_SCRATCH_SHARE, RepairPlan
 
-__all__ = ["COPY_BLOCK", "RepairedCall", "Scratch", "allocate", "copy_back", "repair"]
+__all__ = ["COPY_BLOCK", "SPLIT_BLOCK", "RepairedCall", "Scratch", "allocate", "copy_back",
+           "repair"]
 
 #: The copy kernel's tile (destination rows x columns) and warps: 16 KB of bf16 per program.
 COPY_BLOCK = (64, 128)
 _COPY_WARPS = 4
+#: The split plan's launch: the tile of its A copy and of its C tail (8 KB of bf16).
+SPLIT_BLOCK = (32, 128)
 
 
 @triton.jit
@@ -85,6 +91,39 @@ def _repair_kernel(
     else:
         _copy_job(b_src, b_dst, B_SR, B_SC, b_sld, B_DR, B_DC, b_dld, pid - TILES_A, TRANS_B,
                   BR, BC, B_DIV)
+
+
+@triton.jit
+def _tail_job(a, b, c, M, N, K_AL, s_am, s_ak, s_bk, s_bn, s_cm, tile,
+              R: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+    # C's tile ``tile`` (row-major order of [M, N] in BR x BC tiles) = A[:, K_AL:K_AL+R] @
+    # B[K_AL:K_AL+R, :] in fp32, cast to C's dtype: the K tail that the aligned product skips.
+    tiles_n = tl.cdiv(N, BC)
+    offs_m = (tile // tiles_n) * BR + tl.arange(0, BR)
+    offs_n = (tile % tiles_n) * BC + tl.arange(0, BC)
+    in_m = offs_m < M
+    in_n = offs_n < N
+    acc = tl.zeros((BR, BC), dtype=tl.float32)
+    for j in tl.static_range(R):
+        x = tl.load(a + offs_m.to(tl.int64) * s_am + (K_AL + j) * s_ak, mask=in_m, other=0.0)
+        y = tl.load(b + (K_AL + j).to(tl.int64) * s_bk + offs_n * s_bn, mask=in_n, other=0.0)
+        acc += x.to(tl.float32)[:, None] * y.to(tl.float32)[None, :]
+    c_ptrs = c + offs_m.to(tl.int64)[:, None] * s_cm + offs_n[None, :]
+    tl.store(c_ptrs, acc.to(c.dtype.element_ty), mask=in_m[:, None] & in_n[None, :])
+
+
+@triton.jit
+def _split_kernel(
+    a, a_dst, M, K_AL, s_am, a_dld, TILES_A, b, s_bk, s_bn, c, N, s_cm,
+    R: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, A_DIV: tl.constexpr,
+):  # fmt: skip
+    # The split plan's one launch: A's first K_AL columns copied (programs below TILES_A), and
+    # C written with the K tail's product (the rest), which the aligned product then adds to.
+    pid = tl.program_id(0)
+    if pid < TILES_A:
+        _copy_job(a, a_dst, M, K_AL, s_am, M, a_dld, a_dld, pid, False, BR, BC, A_DIV)
+    else:
+        _tail_job(a, b, c, M, N, K_AL, s_am, 1, s_bk, s_bn, s_cm, pid - TILES_A, R, BR, BC)
 
 
 # -- host side ----------------------------------------------------------------------------------
@@ -182,10 +221,11 @@ def allocate(plan: RepairPlan, device: torch.device, in_dtype: torch.dtype,
 def _views(plan: RepairPlan, a: torch.Tensor, b: torch.Tensor, s: Scratch
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """The inner kernel's operands: ``[m, plan.k]`` and ``[plan.k, plan.n]`` views of the
-    copies (or the operands themselves where not copied)."""
+    copies (or the operands themselves where not copied; B's first ``plan.k`` rows when the
+    plan splits K)."""
     a_in = a if s.a is None else s.a[:, :plan.k]
     if s.b is None:
-        b_in = b
+        b_in = b[:plan.k] if plan.tail else b
     elif plan.b_layout == "row":
         b_in = s.b[:plan.k, :plan.n]
     else:  # kmajor: the buffer is [n, k] row-major, i.e. B column-major
@@ -193,10 +233,16 @@ def _views(plan: RepairPlan, a: torch.Tensor, b: torch.Tensor, s: Scratch
     return a_in, b_in
 
 
-def repair(plan: RepairPlan, a: torch.Tensor, b: torch.Tensor, s: Scratch
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+def repair(plan: RepairPlan, a: torch.Tensor, b: torch.Tensor, s: Scratch,
+           out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Copy what ``plan`` copies of ``a`` and ``b`` into ``s`` (one launch) and return the
-    inner kernel's operands (``_views``)."""
+    inner kernel's operands (``_views``). A split plan also writes its K tail's product to
+    ``out`` in that launch."""
+    if plan.tail:
+        if out is None:
+            raise ValueError("a split plan writes the K tail's product to out")
+        split_launch(a, b, s.a, out, plan.k)
+        return _views(plan, a, b, s)
     # Whole buffers, zeros past the extents (a views plan's kernel never reads them, but
     # full rows of a 64-element multiple store as aligned vectors).
     jobs = []
@@ -209,14 +255,33 @@ def repair(plan: RepairPlan, a: torch.Tensor, b: torch.Tensor, s: Scratch
     return _views(plan, a, b, s)
 
 
+def split_launch(a: torch.Tensor, b: torch.Tensor, a_buf: torch.Tensor, out: torch.Tensor,
+                 k_al: int) -> None:
+    """The split plan's launch: ``a_buf`` (row-major, aligned rows) <- ``a[:, :k_al]`` (zeros
+    past it), ``out`` (row-major) <- ``a[:, k_al:] @ b[k_al:, :]``; ``a`` row-major."""
+    m, k = a.shape
+    n = b.shape[1]
+    if a.stride(1) != 1 or out.stride(1) != 1:
+        raise Unsupported("the split plan reads a row-major A and writes a row-major C")
+    ld = a_buf.stride(0)
+    br, bc = SPLIT_BLOCK
+    tiles_a = triton.cdiv(m, br) * triton.cdiv(ld, bc)
+    tiles_c = triton.cdiv(m, br) * triton.cdiv(n, bc)
+    _split_kernel[(tiles_a + tiles_c,)](
+        a, a_buf, m, k_al, a.stride(0), ld, tiles_a, b, b.stride(0), b.stride(1), out, n,
+        out.stride(0), R=k - k_al, BR=br, BC=bc, A_DIV=min(16, ld & -ld),
+        num_warps=_COPY_WARPS)
+
+
 def copy_back(c_buf: torch.Tensor, out: torch.Tensor) -> None:
     """``out`` (``[m, n]``) from the padded output buffer's first ``n`` columns."""
     m, n = out.shape
     _launch(_Job(c_buf, m, n, c_buf.stride(0), out, trans=False), None)
 
 
-#: ``(a_in, b_in, c) -> callable`` writing ``a_in @ b_in`` into ``c``: the inner kernel bound to
-#: the repaired operands (a factory, since library kernels bind their operands once).
+#: ``(a_in, b_in, c) -> callable`` writing ``a_in @ b_in`` into ``c`` (adding it to ``c`` under a
+#: split plan): the inner kernel bound to the repaired operands (a factory, since library kernels
+#: bind their operands once).
 Inner = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], Callable[[], Any]]
 
 
@@ -240,7 +305,7 @@ class RepairedCall:
         self._inner = inner(a_in, b_in, target)
 
     def __call__(self) -> torch.Tensor:
-        repair(self.plan, self.a, self.b, self.scratch)
+        repair(self.plan, self.a, self.b, self.scratch, self.out)
         self._inner()
         if self.scratch.c is not None:
             copy_back(self.scratch.c, self.out)

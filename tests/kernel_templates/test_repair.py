@@ -114,6 +114,43 @@ def test_repaired_cublas_on_the_views_plan_copies_only_a(b_layout: str, device: 
     assert rel_error(inp.out, reference_for(inp)) <= tolerance_for(p, None)
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_the_split_launch_copies_a_and_writes_the_k_tail(dtype: str, device: str) -> None:
+    p = GemmProblem(37, 40, 45, dtype=dtype)  # fp16: k_al 40, tail 5; fp32: k_al 44, tail 1
+    plan = RepairPlan.split_of(p)
+    k_al, tail = plan.k, plan.tail
+    assert (k_al, tail) == ((40, 5) if dtype == "fp16" else (44, 1))
+    inp = make_inputs(p, device, 5)
+    s = _poisoned(repair.allocate(plan, inp.a.device, inp.a.dtype, inp.out.dtype))
+    assert s.b is None and s.c is None and s.a.shape == (37, 64)
+    a_in, b_in = repair.repair(plan, inp.a, inp.b, s, inp.out)
+    assert torch.equal(a_in, inp.a[:, :k_al]) and not s.a[:, k_al:].any()
+    assert b_in.data_ptr() == inp.b.data_ptr() and tuple(b_in.shape) == (k_al, 40)
+    tail_product = inp.a[:, k_al:].double() @ inp.b[k_al:].double()
+    assert rel_error(inp.out, tail_product) <= tolerance_for(p, None)
+    with pytest.raises(ValueError, match="out"):
+        repair.repair(plan, inp.a, inp.b, s)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_repaired_cublas_on_the_split_plan_adds_the_aligned_product(dtype: str,
+                                                                    device: str) -> None:
+    p = GemmProblem(33, 40, 37, dtype=dtype)  # only A's rows (k=37) are unaligned
+    cand = Candidate(p, "repaired", {"inner": "cublas", "b_layout": "keep", "plan": "split"})
+    for seed_in in (6, 6, 7):
+        inp = make_inputs(p, device, seed_in)
+        call = make_callable(cand, inp)
+        assert call.plan.tail == 37 - call.plan.k > 0 and call.scratch.b is None
+        _poisoned(call.scratch)
+        call()
+        assert rel_error(inp.out, reference_for(inp)) <= tolerance_for(p, None)
+    for bad in (GemmProblem(33, 35, 37, dtype="fp16"),  # B's rows unaligned too
+                GemmProblem(33, 40, 37, dtype="fp16", layout_a="col"),  # A's rows are m long
+                GemmProblem(33, 40, 5, dtype="fp16")):  # no aligned step of K
+        with pytest.raises(InvalidConfig, match="split plan"):
+            make_callable(Candidate(bad, "repaired", cand.config), make_inputs(bad, "cpu", 0))
+
+
 def test_repair_configs_and_problems_that_cannot_run_are_refused() -> None:
     with pytest.raises(InvalidConfig, match="inner"):
         check_repaired_config({"inner": "magma", "b_layout": "row"})
@@ -126,6 +163,11 @@ def test_repair_configs_and_problems_that_cannot_run_are_refused() -> None:
                                "op": "x", "raster": "heuristic", "swizzle": 1, "splits": 1})
     with pytest.raises(InvalidConfig, match="plan must be"):
         check_repaired_config({"inner": "cublas", "b_layout": "row", "plan": "sparse"})
+    with pytest.raises(InvalidConfig, match="padded plan only"):
+        check_repaired_config({"inner": "cutlass", "b_layout": "keep", "plan": "split",
+                               "op": "x", "raster": "heuristic", "swizzle": 1, "splits": 1})
+    with pytest.raises(InvalidConfig, match="keep"):
+        check_repaired_config({"inner": "cublas", "b_layout": "row", "plan": "split"})
     aligned = GemmProblem(64, 64, 64, dtype="fp16")
     for backend in ("repaired", "triton_repair"):
         with pytest.raises(Unsupported, match="nothing to repair"):

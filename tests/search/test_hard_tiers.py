@@ -16,6 +16,7 @@ from search.kinds.gemm.alignment import (
     b_layouts,
     describe_unaligned,
     repair_fits,
+    split_applies,
     unaligned,
 )
 from search.kinds.gemm.cutlass_catalogue import Catalogue, OpSpec
@@ -192,6 +193,32 @@ def test_the_views_plan_copies_only_unaligned_operands() -> None:
     assert "A copied to aligned scratch (B in place)" == keep.describe()
 
 
+def test_the_split_plan_copies_a_s_aligned_columns_and_leaves_b_in_place() -> None:
+    p = GemmProblem(511, 1024, 4097)  # only A's rows unaligned: K is cut at 4096
+    assert split_applies(p)
+    plan = RepairPlan.split_of(p)
+    assert (plan.k, plan.tail, plan.n) == (4096, 1, 1024)
+    assert plan.copied == ("A",) and plan.a_buf == (511, 4096) and plan.b_buf is None
+    assert plan.c_buf is None and plan.b_layout == "keep" and not plan.padded
+    assert (plan.inner.m, plan.inner.n, plan.inner.k) == (511, 1024, 4096)
+    assert not unaligned(plan.inner)
+    assert plan.scratch_bytes == 511 * 4096 * 2
+    # A's aligned part read and copied; the tail's column of A and row of B read; C written
+    # by the tail and read back by the aligned product
+    assert plan.copy_bytes == (2 * 511 * 4096 + 511 + 1024) * 2 + 2 * 511 * 1024 * 2
+    assert "split at 4096" in plan.describe() and "B in place" in plan.describe()
+    fp32 = RepairPlan.split_of(GemmProblem(33, 40, 37, dtype="fp32"))
+    assert (fp32.k, fp32.tail, fp32.a_buf) == (36, 1, (33, 64))
+    for no in (GemmProblem(999, 2047, 1537),  # C's rows unaligned too
+               GemmProblem(64, 100, 64, layout_b="col"),  # only C
+               GemmProblem(511, 1024, 4097, layout_a="col", layout_b="col"),  # B's k rows
+               GemmProblem(33, 40, 5, dtype="fp16"),  # no aligned step of K
+               GemmProblem(511, 1024, 4097, batch=2)):
+        assert not split_applies(no)
+        with pytest.raises(ValueError, match="split plan"):
+            RepairPlan.split_of(no)
+
+
 def test_repair_fits_bounds_the_scratch() -> None:
     plan = RepairPlan.of(GemmProblem(4000, 4000, 4001), "kmajor", padded=True)
     assert repair_fits(plan, 0) is None and repair_fits(plan, 80 << 30) is None
@@ -223,6 +250,12 @@ def test_the_library_is_measured_on_repaired_operands_too() -> None:
                                              cutlass=False)
     assert {"inner": "cublas", "b_layout": "keep", "plan": "views"} in only_a
     assert {"inner": "cublas", "b_layout": "kmajor", "plan": "views"} in only_a
+    # only A's rows unaligned: cuBLAS on the split plan too, first (B is never copied)
+    assert only_a[0] == {"inner": "cublas", "b_layout": "keep", "plan": "split"}
+    small_m, _ = repair_space.library_configs(GemmProblem(511, 1024, 4097), "gpu", None,
+                                              cutlass=False)
+    assert {"inner": "cublas", "b_layout": "keep", "plan": "split"} in small_m
+    assert not any(c.get("plan") == "split" for c in repaired)  # C's rows are unaligned
     # a declared catalogue: CUTLASS ranked for the padded problem, per B layout
     configs, notes = repair_space.library_configs(p, "gpu", catalogue, cutlass=True)
     ops = {(c["b_layout"], c["op"]) for c in configs if c["inner"] == "cutlass"}

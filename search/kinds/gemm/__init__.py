@@ -116,7 +116,9 @@ class GemmKind(ProblemKind):
             configs += [(hard_tiers.REPAIRED, c) for c in repaired]
             notes.append(f"The {describe_unaligned(problem)}: the library is measured plain "
                          f"({CUBLAS}, {CUTLASS}) and on aligned copies ({hard_tiers.REPAIRED}: "
-                         "one fused copy pass, counted in its time, then cuBLAS or CUTLASS); "
+                         "one fused copy pass, counted in its time, then cuBLAS or CUTLASS; "
+                         "where only A's rows are, A's aligned columns copied and the K tail's "
+                         "product written to C in that pass, then cuBLAS adds the rest); "
                          "a pick's backend says which.")
             notes += why
         return LibraryPlan(tuple(configs), tuple(notes))

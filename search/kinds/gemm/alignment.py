@@ -19,6 +19,13 @@ Two plans (``RepairPlan``):
   buffers whose leading dimension is a multiple of ``VIEW_LD`` elements, and the kernel reads
   views of the true extents (TMA zero-fills past them, pointer loads mask them) and writes C
   directly, so nothing is copied back.
+- ``split`` (the library's, where only A's rows are unaligned and they are ``k`` long, B and C
+  aligned: ``split_applies``): K is cut at ``k_al``, the largest multiple of 16 bytes of
+  elements. One launch copies A's first ``k_al`` columns into aligned scratch and writes C with
+  the product of the last ``k - k_al`` columns of A and rows of B (a rank-``r`` update, ``r <
+  8`` for 16-bit inputs); the library kernel then adds the aligned ``m x n x k_al`` product to C
+  (``beta = 1``) reading B in place through a view of its first ``k_al`` rows. No operand is
+  padded, so B, the larger operand of a small-``m`` shape, is never copied.
 
 ``b_layout`` says how a copied B is stored: ``"row"`` (``[k, n]`` row-major) or ``"kmajor"``
 (``[n, k]`` row-major, i.e. B column-major, the layout the ``TN`` library kernels read);
@@ -32,7 +39,7 @@ from dataclasses import dataclass
 from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 
 __all__ = ["ALIGN_BYTES", "B_LAYOUTS", "MAX_SCRATCH_SHARE", "VIEW_LD", "RepairPlan",
-           "b_layouts", "describe_unaligned", "repair_fits", "unaligned"]
+           "b_layouts", "describe_unaligned", "repair_fits", "split_applies", "unaligned"]
 
 #: What TMA and vector loads need of a row (and of its start).
 ALIGN_BYTES = 16
@@ -98,13 +105,21 @@ def b_layouts(problem: GemmProblem, padded: bool) -> tuple[str, ...]:
     return ("row", "kmajor") if must else ("keep", "kmajor")
 
 
+def split_applies(problem: GemmProblem) -> bool:
+    """Whether the ``split`` plan serves ``problem``: batch 1, only A's rows unaligned, A
+    row-major (its rows are ``k`` long), and at least one aligned step of K."""
+    return (problem.batch == 1 and unaligned(problem) == ("A",) and problem.layout_a == "row"
+            and problem.k >= _elems(problem.dtype))
+
+
 @dataclass(frozen=True)
 class RepairPlan:
     """What the repair of ``problem`` copies, allocates and runs (see the module docstring).
 
     Shapes are ``(rows, cols)`` of packed row-major buffers (``None``: not copied): ``a_buf``
     holds A row-major, ``b_buf`` B as ``b_layout`` says, ``c_buf`` the output the inner kernel
-    writes before the copy back."""
+    writes before the copy back. ``tail`` is the split plan's ``r``: the columns of A (rows of
+    B) past the inner ``k`` whose product the copy launch writes to C first (0: no split)."""
 
     problem: GemmProblem
     padded: bool
@@ -112,9 +127,11 @@ class RepairPlan:
     a_buf: tuple[int, int] | None
     b_buf: tuple[int, int] | None
     c_buf: tuple[int, int] | None
-    #: the inner kernel's K and N (padded plan: rounded up; views: the problem's)
+    #: the inner kernel's K and N (padded plan: rounded up; views: the problem's; split: K cut
+    #: down to a multiple of 16 bytes)
     k: int
     n: int
+    tail: int = 0
 
     @classmethod
     def of(cls, problem: GemmProblem, b_layout: str, padded: bool) -> RepairPlan:
@@ -139,6 +156,17 @@ class RepairPlan:
         a_buf = (m, ld_k) if "A" in bad else None
         b_buf = {"keep": None, "row": (k, ld_n), "kmajor": (n, ld_k)}[b_layout]
         return cls(problem, False, b_layout, a_buf, b_buf, None, k, n)
+
+    @classmethod
+    def split_of(cls, problem: GemmProblem) -> RepairPlan:
+        """The split plan for ``problem``; ``ValueError`` where ``split_applies`` is false."""
+        if not split_applies(problem):
+            raise ValueError(f"the split plan needs only A's rows unaligned, A row-major and k "
+                             f"of at least 16 bytes; {problem.describe()} is not so")
+        k_al = problem.k // _elems(problem.dtype) * _elems(problem.dtype)
+        a_buf = (problem.m, _round_up(k_al, VIEW_LD))
+        return cls(problem, False, "keep", a_buf, None, None, k_al, problem.n,
+                   tail=problem.k - k_al)
 
     @property
     def inner(self) -> GemmProblem:
@@ -167,17 +195,22 @@ class RepairPlan:
     @property
     def copy_bytes(self) -> int:
         """Bytes the repair moves through memory per call: each copied operand read and its
-        buffer written, and the padded output read back and written to C."""
+        buffer written, the padded output read back and written to C, and the split plan's
+        tail."""
         e_in = DTYPE_BYTES[self.problem.dtype]
         e_out = DTYPE_BYTES[self.problem.out_dtype or self.problem.dtype]
         p = self.problem
         moved = 0
         if self.a_buf:
-            moved += (p.m * p.k + self.a_buf[0] * self.a_buf[1]) * e_in
+            read = p.m * (self.k if self.tail else p.k)
+            moved += (read + self.a_buf[0] * self.a_buf[1]) * e_in
         if self.b_buf:
             moved += (p.k * p.n + self.b_buf[0] * self.b_buf[1]) * e_in
         if self.c_buf:
             moved += (self.c_buf[0] * self.c_buf[1] + p.m * p.n) * e_out
+        if self.tail:
+            # the tail's columns of A and rows of B read, C written, then read by the inner kernel
+            moved += (p.m + p.n) * self.tail * e_in + 2 * p.m * p.n * e_out
         return moved
 
     def describe(self) -> str:
@@ -185,6 +218,10 @@ class RepairPlan:
         what = " and ".join(self.copied) or "nothing"
         b = {"row": "row-major", "kmajor": "K-major", "keep": "in place"}[self.b_layout]
         back = ", C through a padded buffer" if self.c_buf else ""
+        if self.tail:
+            return (f"K split at {self.k}: A's first {self.k} columns copied to aligned "
+                    f"scratch and the last {self.tail} columns' product written to C in the "
+                    f"same launch, then the aligned product added to C (B in place)")
         return f"{what} copied to aligned scratch (B {b}{back})"
 
 

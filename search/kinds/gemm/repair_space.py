@@ -2,11 +2,13 @@
 the library configurations of the ``repaired`` backend, and the search spaces of the two custom
 tiers that run a Triton kernel on repaired operands (backend ``triton_repair``).
 
-Library side (``library_configs``): cuBLAS on the padded copies with B row-major and K-major,
-cuBLAS on the views plan's copies where C's rows are aligned (only the unaligned operands
-copied, as the Triton side does), and the best-ranked CUTLASS operations of the padded problem
-(the declared catalogue ranked for it: ``search.kinds.gemm.library``), each
-``{"inner": ..., "b_layout": ..., ["plan": "views"], [CUTLASS knobs]}``.
+Library side (``library_configs``): cuBLAS on the split plan where it applies (only A copied,
+as the Triton side does, with the K tail's product written to C in the copy's launch:
+``alignment.split_applies``), cuBLAS on the padded copies with B row-major and K-major, cuBLAS
+on the views plan's copies where C's rows are aligned (only the unaligned operands copied, as
+the Triton side does), and the best-ranked CUTLASS operations of the padded problem (the
+declared catalogue ranked for it: ``search.kinds.gemm.library``), each
+``{"inner": ..., "b_layout": ..., ["plan": "views" | "split"], [CUTLASS knobs]}``.
 
 Custom side: a configuration is the inner Triton template's plus ``INNER`` (``"tiles"``: the
 tiled template, split-K included; ``"streamk"``: the stream-K template) and ``B_LAYOUT`` (how a
@@ -20,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from search.kinds.gemm import library, streamk_space, triton_constraints, triton_space
-from search.kinds.gemm.alignment import RepairPlan, b_layouts, unaligned
+from search.kinds.gemm.alignment import RepairPlan, b_layouts, split_applies, unaligned
 from search.kinds.gemm.cutlass_catalogue import Catalogue
 from search.kinds.gemm.spec import GemmProblem
 from search.limits import DeviceLimits
@@ -46,6 +48,8 @@ def library_configs(problem: GemmProblem, gpu_model: str, catalogue: Catalogue |
     out (``cutlass``: whether the job allows CUTLASS)."""
     configs: list[dict[str, Any]] = []
     notes: list[str] = []
+    if split_applies(problem):
+        configs.append({"inner": "cublas", "b_layout": "keep", "plan": "split"})
     for layout in b_layouts(problem, padded=True):
         configs.append({"inner": "cublas", "b_layout": layout})
     if "C" not in unaligned(problem):
