@@ -33,8 +33,24 @@ or Hopper TMA descriptors (``TMA``). How the partials are summed is the ``MODE``
   partial into a zeroed fp32 tile with ``atomic_add`` (done in L2), then bumps a per-tile counter;
   the last arrival of a tile reads the sums, casts and stores C, re-zeroes the workspace tile and
   its counter. The order of the fp32 additions depends on arrival order.
+- ``"tagged"`` (one launch, deterministic, no barrier and no counters): every program stores
+  each fp32 value of its partial tile as a 64-bit word whose high half is the launch's *epoch*
+  (a per-device launch count, as stream-K's flags), with ``st.relaxed.gpu`` (strong and
+  single-copy atomic: a word that carries the epoch carries its value). Then it polls one word
+  of its share in each of its tile's ``SPLIT_K`` partials until all carry the epoch (a few
+  hundred bytes a poll), loads its share, and polls again until every word does (stores land
+  in any order), summing in the same fixed order as ``"barrier"``. A program waits only for its
+  own tile's programs, and the wait is one load behind the last store instead of a release,
+  an atomic and a poll. Words of earlier launches carry older epochs, so nothing needs
+  resetting; the workspace (twice the bytes) is zeroed once when allocated, and after 2**31 - 2
+  launches. Like the barrier it needs every program resident at once (the same grid limit and
+  bounded spin; the interpreter runs ``"two_launch"``).
 - ``"two_launch"`` (reference path): partials as in ``"barrier"``, then a second kernel of the same
-  grid does the same share-wise sum. Results are bitwise equal to ``"barrier"``.
+  grid does the same share-wise sum.
+
+Every mode but ``"atomic"`` is bitwise reproducible for a given configuration. Across those modes
+the slices are summed in the same order, but ``tl.sum``'s order within a chunk follows each
+kernel's register layout, so two modes need not agree to the bit.
 
 Memory order (barrier and atomic): all threads store (or add; the atomic mode and, if
 ``BARRIER_FENCE``, the barrier mode also fence each thread), ``bar.sync``, then one thread's
@@ -57,7 +73,7 @@ Configuration (``check_skinny_config``)::
     BLOCK_M, BLOCK_N, BLOCK_K, num_warps   powers of two
     SPLIT_K, num_stages                    positive (SPLIT_K any count, so that the grid can
                                            fill the SMs: 4 tiles x 33 on 132 SMs)
-    MODE  "barrier" | "atomic" | "two_launch"                  (default "barrier")
+    MODE  "barrier" | "atomic" | "two_launch" | "tagged"       (default "barrier")
     TMA   1: TMA loads where they apply (sm90+, bf16/fp16, 16-byte aligned, not MODE "atomic");
           0: pointer loads (the faster on the H100 for these shapes)
 """
@@ -87,13 +103,15 @@ __all__ = ["CONFIG_KEYS", "DTYPES", "MODES", "check_skinny_config", "matmul_skin
 
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
 OPTIONAL_KEYS = {"MODE": "barrier", "TMA": 1}
-MODES = ("barrier", "atomic", "two_launch")
-_MODE_ID = {"two_launch": 0, "barrier": 1, "atomic": 2}
+MODES = ("barrier", "atomic", "two_launch", "tagged")
+_MODE_ID = {"two_launch": 0, "barrier": 1, "atomic": 2, "tagged": 3}
+#: The modes whose programs wait for each other within the launch (all resident at once).
+RESIDENT_MODES = ("barrier", "tagged")
 
 #: Polls of the barrier counter before a program gives up and writes NaN (about 0.3-1 us a poll).
 SPIN_LIMIT = 1 << 20
-#: Test seam: let the interpreter run the barrier itself (it then times out and writes NaN in all
-#: but the last program's share: programs run one after another there).
+#: Test seam: let the interpreter run the barrier (or the tagged mode's wait) itself (it then times
+#: out and writes NaN in all but the last program's share: programs run one after another there).
 INTERPRETER_BARRIER = False
 #: Barrier mode: also fence every thread before the CTA barrier (the atomic mode always does).
 #: Off by default: bar.sync plus one thread's cumulative release is what the PTX memory model
@@ -106,6 +124,8 @@ _REDUCE_ELEMS = 4096
 _WORKSPACE: dict[torch.device, torch.Tensor] = {}
 _ACCUM: dict[torch.device, torch.Tensor] = {}
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
+_TAGGED: dict[torch.device, torch.Tensor] = {}
+_EPOCH: dict[torch.device, int] = {}
 
 
 # -- device code --------------------------------------------------------------------------------
@@ -134,6 +154,86 @@ def _reduce_share(ws_ptr, c_ptr, tile, share, TILES, M, N, stride_cm, stride_cn,
                        cache_modifier=".cg")
         total += tl.sum(part, axis=0)
     total = tl.where(ok, total, float("nan"))
+    pid_m = tile // TILES_N
+    pid_n = tile % TILES_N
+    offs_m = pid_m * BLOCK_M + local // BLOCK_N
+    offs_n = pid_n * BLOCK_N + local % BLOCK_N
+    tl.store(c_ptr + offs_m * stride_cm + offs_n * stride_cn,
+             total.to(c_ptr.dtype.element_ty), mask=mine & (offs_m < M) & (offs_n < N))
+
+
+@triton.jit
+def _store_tagged(ptrs, acc, EPOCH, RELAXED: tl.constexpr):
+    # Each fp32 partial value as one 64-bit word, this launch's EPOCH in its high half, stored
+    # with st.relaxed.gpu (inline asm: a strong, single-copy atomic store, so a reader that sees
+    # the epoch sees the value with it). The interpreter has no inline asm: a plain store.
+    bits = acc.to(tl.uint32, bitcast=True).to(tl.uint64)
+    word = (bits | (EPOCH.to(tl.uint64) << 32)).to(tl.int64, bitcast=True)
+    if RELAXED:
+        tl.inline_asm_elementwise("st.relaxed.gpu.global.b64 [$1], $2;\n\tmov.u32 $0, 0;",
+                                  "=r,l,l", [ptrs.to(tl.int64), word], dtype=tl.int32,
+                                  is_pure=False, pack=1)
+    else:
+        tl.store(ptrs, word)
+
+
+@triton.jit
+def _tagged_missing(words, mask, EPOCH):
+    # How many words under ``mask`` do not (yet) carry this launch's EPOCH.
+    stale = ((words >> 32) != EPOCH.to(tl.int64)) & mask
+    return tl.sum(stale.to(tl.int32))
+
+
+@triton.jit
+def _sum_tagged(base, local, mine, TILES, EPOCH, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                SPLIT_K: tl.constexpr, CHUNK: tl.constexpr, SHARE_BLOCK: tl.constexpr):
+    # The share's sum over the SPLIT_K tagged partials, CHUNK at a time in a fixed order (every
+    # chunk's loads issued before any is checked), and how many words were not this launch's.
+    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+    rows = tl.arange(0, CHUNK)
+    total = tl.zeros((SHARE_BLOCK,), dtype=tl.float32)
+    missing = 0
+    for s in tl.static_range(0, SPLIT_K, CHUNK):
+        ptrs = base + ((s + rows).to(tl.int64) * TILES * TILE)[:, None]
+        live = ((s + rows) < SPLIT_K)[:, None] & mine[None, :]
+        words = tl.load(ptrs, mask=live, other=0, volatile=True)
+        missing += _tagged_missing(words, live, EPOCH)
+        part = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+        total += tl.sum(tl.where(live, part, 0.0), axis=0)
+    return total, missing
+
+
+@triton.jit
+def _reduce_tagged(ws_ptr, c_ptr, tile, share, TILES, M, N, stride_cm, stride_cn, EPOCH,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+                   TILES_N: tl.constexpr, CHUNK: tl.constexpr, SHARE: tl.constexpr,
+                   SHARE_BLOCK: tl.constexpr, K_BLOCK: tl.constexpr, SPIN: tl.constexpr):
+    # _reduce_share over tagged partials (workspace [SPLIT_K, TILES, BLOCK_M * BLOCK_N] of
+    # 64-bit words), with no barrier: first poll one word of the share in each of the SPLIT_K
+    # partials (a hint, a few hundred bytes a poll) until all carry EPOCH, then load and sum
+    # the share, again until every word of it does (stores land in any order; a retry sums
+    # from scratch, in the same fixed order). NaN in the share if a wait ran out of polls.
+    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+    ks = tl.arange(0, K_BLOCK)
+    in_k = ks < SPLIT_K
+    probe = tl.minimum(share * SHARE, TILE - 1)
+    probes = ws_ptr + (ks.to(tl.int64) * TILES + tile) * TILE + probe
+    seen = tl.load(probes, mask=in_k, other=0, volatile=True)
+    spins = 0
+    while (_tagged_missing(seen, in_k, EPOCH) > 0) & (spins < SPIN):
+        seen = tl.load(probes, mask=in_k, other=0, volatile=True)
+        spins += 1
+    lanes = tl.arange(0, SHARE_BLOCK)
+    local = share * SHARE + lanes
+    mine = (lanes < SHARE) & (local < TILE)
+    base = ws_ptr + tile.to(tl.int64) * TILE + local[None, :]
+    total, missing = _sum_tagged(base, local, mine, TILES, EPOCH, BLOCK_M, BLOCK_N, SPLIT_K,
+                                 CHUNK, SHARE_BLOCK)
+    while (missing > 0) & (spins < SPIN):
+        total, missing = _sum_tagged(base, local, mine, TILES, EPOCH, BLOCK_M, BLOCK_N, SPLIT_K,
+                                     CHUNK, SHARE_BLOCK)
+        spins += 1
+    total = tl.where(spins < SPIN, total, float("nan"))
     pid_m = tile // TILES_N
     pid_n = tile % TILES_N
     offs_m = pid_m * BLOCK_M + local // BLOCK_N
@@ -186,7 +286,7 @@ def _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, st
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
             TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
             CHUNK: tl.constexpr, SHARE: tl.constexpr, SHARE_BLOCK: tl.constexpr,
-            FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr):
+            FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr, EPOCH, K_BLOCK: tl.constexpr):
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
     pid_m = tile // TILES_N
     pid_n = tile % TILES_N
@@ -197,6 +297,13 @@ def _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, st
     local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     if SPLIT_K == 1:
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+    elif MODE == 3:
+        # tagged: no barrier, no counters; readers wait for this launch's epoch in the words
+        part = ws_ptr + (pid_k.to(tl.int64) * TILES + tile) * TILE + local
+        _store_tagged(part, acc, EPOCH, FENCE)
+        _reduce_tagged(ws_ptr, c_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn, EPOCH,
+                       BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, CHUNK, SHARE, SHARE_BLOCK, K_BLOCK,
+                       SPIN)
     elif MODE == 2:
         # atomic: accumulate in L2, the tile's last arrival converts and re-zeroes.
         acc_ptrs = ws_ptr + tile.to(tl.int64) * TILE + local
@@ -221,15 +328,15 @@ def _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, st
             _grid_depart(cnt_ptr)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["EPOCH"])
 def _skinny_kernel(
-    a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr,
+    a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, EPOCH,
     M, N, K, K_PER_SPLIT,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
     CHUNK: tl.constexpr, SHARE: tl.constexpr, SHARE_BLOCK: tl.constexpr,
-    FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr,
+    FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr, K_BLOCK: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):  # fmt: skip
@@ -270,17 +377,17 @@ def _skinny_kernel(
         b_ptrs += BLOCK_K * stride_bk
     _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
             BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK, SHARE, SHARE_BLOCK,
-            FENCE, BARRIER_FENCE)
+            FENCE, BARRIER_FENCE, EPOCH, K_BLOCK)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["EPOCH"])
 def _skinny_tma_kernel(
-    a_desc, b_desc, c_ptr, ws_ptr, cnt_ptr,
+    a_desc, b_desc, c_ptr, ws_ptr, cnt_ptr, EPOCH,
     M, N, K, K_PER_SPLIT, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
     CHUNK: tl.constexpr, SHARE: tl.constexpr, SHARE_BLOCK: tl.constexpr,
-    FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr,
+    FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr, K_BLOCK: tl.constexpr,
     A_COL: tl.constexpr, B_COL: tl.constexpr,
 ):  # fmt: skip
     # Same work as _skinny_kernel, tiles through the TMA engine (out-of-bounds reads are zeros;
@@ -298,7 +405,7 @@ def _skinny_tma_kernel(
         acc = tl.dot(a, b, acc)
     _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
             BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK, SHARE, SHARE_BLOCK,
-            FENCE, BARRIER_FENCE)
+            FENCE, BARRIER_FENCE, EPOCH, K_BLOCK)
 
 
 @triton.jit
@@ -329,6 +436,17 @@ def _sm_count(device: torch.device) -> int:
 def _buffer(cache_: dict[torch.device, torch.Tensor], device: torch.device, numel: int,
             dtype: torch.dtype, zeroed: bool) -> torch.Tensor:
     return cached_buffer(cache_, device, numel, dtype, zeroed, least=1 << 16)
+
+
+def _next_epoch(device: torch.device) -> int:
+    """The tagged mode's launch number on ``device``: 1, 2, ... (after 2**31 - 2 launches the
+    workspace is zeroed and the count starts again)."""
+    epoch = _EPOCH.get(device, 0) + 1
+    if epoch >= 2**31 - 1:
+        _TAGGED[device].zero_()
+        epoch = 1
+    _EPOCH[device] = epoch
+    return epoch
 
 
 def check_skinny_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -368,9 +486,9 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     with the skinny split-K kernel under ``config``; the output is ``out`` when given (contiguous
     ``[M, N]``, any served dtype) or a new tensor of the input dtype.
 
-    ``Unsupported``: ``MODE="barrier"`` on a GPU with a grid larger than its SM count (the grid
-    barrier would need programs that cannot be resident at once). In the CPU interpreter
-    ``"barrier"`` runs as ``"two_launch"`` (same arithmetic), unless ``INTERPRETER_BARRIER``.
+    ``Unsupported``: ``MODE="barrier"`` or ``"tagged"`` on a GPU with a grid larger than its SM
+    count (their programs wait for each other, so all must be resident at once). In the CPU
+    interpreter both run as ``"two_launch"`` (same arithmetic), unless ``INTERPRETER_BARRIER``.
     """
     cfg = check_skinny_config(config)
     if a.dim() != 2 or b.dim() != 2:
@@ -389,10 +507,10 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     grid = tiles * split_k
     tile = bm * bn
     mode = cfg["MODE"] if split_k > 1 else "two_launch"
-    if mode == "barrier" and _interpreting(a.device) and not INTERPRETER_BARRIER:
+    if mode in RESIDENT_MODES and _interpreting(a.device) and not INTERPRETER_BARRIER:
         mode = "two_launch"
-    if mode == "barrier" and grid > _sm_count(a.device):
-        raise Unsupported(f"MODE=barrier needs at most {_sm_count(a.device)} programs (one per "
+    if mode in RESIDENT_MODES and grid > _sm_count(a.device):
+        raise Unsupported(f"MODE={mode} needs at most {_sm_count(a.device)} programs (one per "
                           f"SM, all resident), this config launches {grid}")
     k_per_split = triton.cdiv(triton.cdiv(k, split_k), bk) * bk
     share = triton.cdiv(tile, split_k)
@@ -401,12 +519,17 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     if mode == "atomic":
         ws = _buffer(_ACCUM, a.device, tiles * tile, torch.float32, zeroed=True)
         cnt = _buffer(_COUNTERS, a.device, tiles, torch.int32, zeroed=True)
+    elif mode == "tagged":
+        # zeroed once: no word carries an epoch before a launch writes it (_next_epoch)
+        ws = _buffer(_TAGGED, a.device, split_k * tiles * tile, torch.int64, zeroed=True)
+        cnt = ws
     elif split_k > 1:
         ws = _buffer(_WORKSPACE, a.device, split_k * tiles * tile, torch.float32, zeroed=False)
         cnt = _buffer(_COUNTERS, a.device, 2, torch.int32, zeroed=True)
     else:
         ws = cnt = out
     mode_id = _MODE_ID[mode]
+    epoch = _next_epoch(a.device) if mode == "tagged" else 0
     descs = None
     # The atomic mode lost partial sums with TMA loads on an H100 (16x4096x4096, 16x128x128 sk4:
     # 28 of 200 calls wrong, with or without fences; pointer loads 0 of 200): pointer loads only.
@@ -417,17 +540,18 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
             descs = (da, db)
     common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split_k, TILES_N=tiles_n,
                   MODE=mode_id, SPIN=SPIN_LIMIT, CHUNK=chunk, SHARE=share,
-                  SHARE_BLOCK=share_block,
+                  SHARE_BLOCK=share_block, K_BLOCK=triton.next_power_of_2(split_k),
                   FENCE=not _interpreting(a.device), BARRIER_FENCE=BARRIER_FENCE,
                   num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if descs is not None:
         (a_desc, a_col), (b_desc, b_col) = descs
         _skinny_tma_kernel[(grid,)](
-            a_desc, b_desc, out, ws, cnt, m, n, k, k_per_split, out.stride(0), out.stride(1),
+            a_desc, b_desc, out, ws, cnt, epoch, m, n, k, k_per_split, out.stride(0),
+            out.stride(1),
             A_COL=a_col, B_COL=b_col, **common)
     else:
         _skinny_kernel[(grid,)](
-            a, b, out, ws, cnt, m, n, k, k_per_split,
+            a, b, out, ws, cnt, epoch, m, n, k, k_per_split,
             a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
             EVEN_K=k % bk == 0, EVEN_MN=m % bm == 0 and n % bn == 0,
             INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", **common)

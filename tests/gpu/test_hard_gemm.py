@@ -5,13 +5,14 @@ not show: bitwise-equal results back to back (the fixed-order reductions), the s
 refusal of a grid larger than the SMs, and the repair's scratch bound.
 
 - alignment repair: ``triton_repair`` (tiled and stream-K inner kernels, B row-major or kept
-  and K-major) and ``repaired`` (cuBLAS on the padded copies; CUTLASS too, ``slow``: it builds
-  an operation unless ``KS_CUTLASS_CACHE`` has it) on 999x2047x1537, 4000x4000x4001,
-  511x1024x4097;
+  and K-major) and ``repaired`` (cuBLAS on the padded copies, on the views plan's and on the
+  split plan's, where only A is copied and the K tail's product goes to C first; CUTLASS too,
+  ``slow``: it builds an operation unless ``KS_CUTLASS_CACHE`` has it) on 999x2047x1537,
+  4000x4000x4001, 511x1024x4097;
 - stream-K (``triton_streamk``) on 192x6144x6144, 320x4096x12288 and the public
   1000x3000x2000, TMA and pointer loads;
 - the skinny tier (``triton_skinny``) on 128x128x262144 and 32x512x98304, its seeds for this
-  GPU's SM count, barrier and two launches."""
+  GPU's SM count, barrier, tagged and two launches."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from kernel_templates.gemm.host import sm_count
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_for, rel_error
 from search.kinds.gemm import repair_space, skinny_space, streamk_space
-from search.kinds.gemm.alignment import b_layouts, unaligned
+from search.kinds.gemm.alignment import RepairPlan, b_layouts, split_applies, unaligned
 from search.kinds.gemm.spec import GemmProblem
 from search.types import Candidate, Measurement, Status
 from workers.execute import execute
@@ -63,6 +64,25 @@ def test_repaired_cublas_is_correct(problem: GemmProblem) -> None:
         for layout in b_layouts(problem, padded=False):
             measured(problem, "repaired", {"inner": "cublas", "b_layout": layout,
                                            "plan": "views"})
+
+
+@pytest.mark.parametrize("problem", UNALIGNED[1:], ids=ids)
+def test_repaired_cublas_on_the_split_plan_is_correct(problem: GemmProblem) -> None:
+    # only A's rows unaligned: A's first k_al columns copied, the K tail's product written to C
+    # in the same launch, then cuBLAS adds the aligned product (B read in place)
+    assert split_applies(problem)
+    config = {"inner": "cublas", "b_layout": "keep", "plan": "split"}
+    got = measured(problem, "repaired", config)
+    assert got.rel_error <= TOL
+    plan = RepairPlan.split_of(problem)
+    assert plan.tail == 1 and plan.b_buf is None
+    from kernel_templates.registry import make_callable
+
+    for seed in (41, 41, 42):  # back to back and fresh inputs, into NaN-poisoned outputs
+        inp = make_inputs(problem, "cuda", seed)
+        make_callable(Candidate(problem, "repaired", config), inp)()
+        torch.cuda.synchronize()
+        assert rel_error(inp.out, reference_for(inp)) <= TOL
 
 
 @pytest.mark.parametrize("inner", repair_space.INNERS)
@@ -130,7 +150,9 @@ def test_skinny_seeds_for_this_gpu_are_correct_and_repeatable(problem: GemmProbl
     sms = sm_count(torch.device("cuda"))
     seeds = skinny_space.seeds(problem, sms)
     assert any(s["MODE"] == "barrier" for s in seeds)
-    for config in seeds[:2] + [s for s in seeds if s["MODE"] == "two_launch"][:1]:
+    tagged = [s for s in seeds if s["MODE"] == "tagged"]
+    assert tagged
+    for config in seeds[:2] + tagged + [s for s in seeds if s["MODE"] == "two_launch"][:1]:
         measured(problem, "triton_skinny", config)
         inp = make_inputs(problem, "cuda", 31)
         again = torch.full_like(inp.out, float("nan"))
@@ -140,6 +162,26 @@ def test_skinny_seeds_for_this_gpu_are_correct_and_repeatable(problem: GemmProbl
         assert torch.equal(inp.out, again), config
 
 
+@pytest.mark.parametrize("problem", LONG_K, ids=ids)
+@pytest.mark.parametrize("tma", [0, 1])
+def test_the_tagged_reduction_is_right_launch_after_launch(problem: GemmProblem,
+                                                           tma: int) -> None:
+    # back to back on the same and on fresh inputs: a word of an earlier launch (another
+    # epoch) must never be summed, and the sum is bitwise the same each time
+    bm = 32 if problem.m == 32 else 64
+    config = dict(BLOCK_M=bm, BLOCK_N=64, BLOCK_K=128, SPLIT_K=16 if bm == 32 else 33,
+                  num_warps=2 if bm == 32 else 4, num_stages=4, MODE="tagged", TMA=tma)
+    first = None
+    for seed in (51, 52, 51, 52, 51):
+        inp = make_inputs(problem, "cuda", seed)
+        skinny.matmul_skinny(inp.a, inp.b, config, out=inp.out)
+        torch.cuda.synchronize()
+        assert rel_error(inp.out, reference_for(inp)) <= TOL, seed
+        if seed == 51:
+            first = inp.out.clone() if first is None else first
+            assert torch.equal(inp.out, first)
+
+
 def test_the_skinny_barrier_refuses_a_grid_larger_than_the_sms() -> None:
     problem = LONG_K[0]
     sms = sm_count(torch.device("cuda"))
@@ -147,5 +189,6 @@ def test_the_skinny_barrier_refuses_a_grid_larger_than_the_sms() -> None:
                   num_stages=4, MODE="barrier", TMA=0)
     assert 4 * 256 > sms
     inp = make_inputs(problem, "cuda", 0)
-    with pytest.raises(Unsupported, match="programs"):
-        skinny.matmul_skinny(inp.a, inp.b, config, out=inp.out)
+    for mode in ("barrier", "tagged"):
+        with pytest.raises(Unsupported, match="programs"):
+            skinny.matmul_skinny(inp.a, inp.b, {**config, "MODE": mode}, out=inp.out)

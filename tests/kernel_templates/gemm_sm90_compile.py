@@ -48,8 +48,10 @@ def compile_ptx(fn: Any, types: dict[str, str], consts: dict[str, Any], aligned:
 
 
 def ops(ptx: str) -> dict[str, int]:
-    """How often each global load/store, atomic and TMA/wgmma instruction appears."""
-    pattern = r"\b(?:ld\.global|st\.global|atom|cp\.async\.bulk\.tensor|wgmma\.mma_async)[.\w]*"
+    """How often each global load/store (volatile and relaxed ones too), atomic and TMA/wgmma
+    instruction appears."""
+    pattern = (r"\b(?:ld\.global|st\.global|ld\.volatile\.global|st\.relaxed|atom"
+               r"|cp\.async\.bulk\.tensor|wgmma\.mma_async)[.\w]*")
     return dict(collections.Counter(re.findall(pattern, ptx)))
 
 
@@ -83,6 +85,10 @@ def cases() -> dict[str, dict[str, int]]:
             repair._repair_kernel, types, consts,
             ["a_src", "a_dst", "b_src", "b_dst", "b_sld", "B_SC", "b_dld", "B_DC"],
             num_warps=4))
+    for mode in ("barrier", "tagged"):
+        out[f"skinny_{mode}"] = ops(skinny_compiled(dict(
+            BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, SPLIT_K=33, num_warps=4, num_stages=5,
+            MODE=mode, TMA=0)).asm["ptx"])
     return out
 
 
@@ -110,31 +116,39 @@ def streamk_shared(config: dict[str, Any], tma: bool = True) -> int:
                         num_stages=cfg["num_stages"]).metadata.shared
 
 
-def skinny_shared(config: dict[str, Any]) -> int:
-    """Shared memory (bytes) of the skinny kernel's pointer path under ``config`` for bf16
-    row-major operands on sm_90."""
+def skinny_compiled(config: dict[str, Any]) -> Any:
+    """The skinny kernel's pointer path compiled under ``config`` (its ``MODE`` included) for
+    bf16 row-major operands on sm_90."""
     import triton
 
     from kernel_templates.gemm import skinny
 
     cfg = skinny.check_skinny_config(config)
+    tagged = cfg["MODE"] == "tagged"
     # unit strides are constants, as the JIT specializes an integer argument equal to 1
-    ints = ("M", "N", "K", "K_PER_SPLIT", "stride_am", "stride_bk", "stride_cm")
-    types = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "ws_ptr": "*fp32",
-             "cnt_ptr": "*i32", **dict.fromkeys(ints, "i32")}
+    ints = ("EPOCH", "M", "N", "K", "K_PER_SPLIT", "stride_am", "stride_bk", "stride_cm")
+    types = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16",
+             "ws_ptr": "*i64" if tagged else "*fp32", "cnt_ptr": "*i64" if tagged else "*i32",
+             **dict.fromkeys(ints, "i32")}
     share = triton.cdiv(cfg["BLOCK_M"] * cfg["BLOCK_N"], cfg["SPLIT_K"])
     block = triton.next_power_of_2(share)
     chunk = 1 << (max(1, min(cfg["SPLIT_K"], 4096 // block)).bit_length() - 1)
     consts = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-                  SPLIT_K=cfg["SPLIT_K"], TILES_N=4, MODE=1, SPIN=1 << 20, CHUNK=chunk,
-                  SHARE=share, SHARE_BLOCK=block, FENCE=True, BARRIER_FENCE=False,
+                  SPLIT_K=cfg["SPLIT_K"], TILES_N=4, MODE=skinny._MODE_ID[cfg["MODE"]],
+                  SPIN=1 << 20, CHUNK=chunk, SHARE=share, SHARE_BLOCK=block,
+                  K_BLOCK=triton.next_power_of_2(cfg["SPLIT_K"]), FENCE=True,
+                  BARRIER_FENCE=False,
                   EVEN_K=True, EVEN_MN=True, INPUT_PRECISION="tf32", stride_ak=1,
                   stride_bn=1, stride_cn=1)
     aligned = ["a_ptr", "b_ptr", "c_ptr", "ws_ptr", "cnt_ptr", "stride_am", "stride_bk",
                "K_PER_SPLIT"]
     return compile_sm90(skinny._skinny_kernel, types, consts, aligned,
-                        num_warps=cfg["num_warps"],
-                        num_stages=cfg["num_stages"]).metadata.shared
+                        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+
+
+def skinny_shared(config: dict[str, Any]) -> int:
+    """Shared memory (bytes) of ``skinny_compiled(config)``."""
+    return skinny_compiled(config).metadata.shared
 
 
 def seed_shared(shapes: list[tuple[int, int, int]]) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """The new GEMM kernels compile for sm_90 without a GPU (Triton's compiler and its bundled
 ptxas, in a process of its own: ``gemm_sm90_compile``), and the PTX has what they are for: stream-K
 issues TMA bulk-tensor loads and ``wgmma`` on its TMA path, waits with acquire loads and
-publishes with a release exchange; the repair's copy stores 16-byte vectors into the aligned
+publishes with a release exchange; the skinny kernel's tagged reduction stores each partial value
+with its epoch in one relaxed 64-bit store and polls without atomics; the repair's copy stores 16-byte vectors into the aligned
 scratch (given the alignment Triton's JIT marks on the arguments) while it reads an unaligned
 source element by element. This catches what the interpreter cannot: a construct Triton's
 compiler rejects (loop-carried types, constexpr branches). Nothing here runs a kernel."""
@@ -50,6 +51,15 @@ def test_the_repair_copy_stores_aligned_vectors(compiled, case: str) -> None:
     got = compiled[case]
     assert got.get("st.global.v4.b32") and not got.get("st.global.b16")
     assert got.get("ld.global.b16")  # the unaligned source, element by element
+
+
+def test_the_skinny_tagged_reduction_stores_tagged_words_and_waits_without_atomics(
+        compiled) -> None:
+    tagged, barrier = compiled["skinny_tagged"], compiled["skinny_barrier"]
+    assert tagged.get("st.relaxed.gpu.global.b64")  # value and epoch in one strong store
+    assert any(k.startswith("ld.volatile.global") for k in tagged)  # the polls
+    assert not any(k.startswith("atom") for k in tagged)  # no barrier, no counters
+    assert any(k.startswith("atom") for k in barrier)
 
 
 def test_the_stream_k_and_skinny_seeds_of_the_hard_shapes_fit_sm90_shared_memory() -> None:

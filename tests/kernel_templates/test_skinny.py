@@ -122,14 +122,40 @@ def test_forced_barrier_in_interpreter_gives_up(monkeypatch: pytest.MonkeyPatch)
     check(p, cfg(2), "cpu")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter-only: programs run in turn")
+def test_forced_tagged_wait_in_interpreter_takes_only_its_own_launch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Programs run one after another: a program of K slice 0 waits in vain for slice 1 of its
+    # own tile (the later program) and writes NaN into its share; the slice-1 programs find
+    # both partials. The second call must not take the first call's partials, still in the
+    # workspace, for its own: they carry the earlier epoch. A bounded spin: no hang.
+    monkeypatch.setattr(skinny, "INTERPRETER_BARRIER", True)
+    monkeypatch.setattr(skinny, "SPIN_LIMIT", 3)
+    p = GemmProblem(m=32, n=32, k=64, dtype="fp16")
+    for seed in (0, 1):
+        before = skinny._EPOCH.get(torch.device("cpu"), 0)
+        inp = make_inputs(p, "cpu", seed)
+        matmul_skinny(inp.a, inp.b, cfg(2, "tagged"), out=inp.out)
+        assert skinny._EPOCH[torch.device("cpu")] == before + 1
+        # 2 tiles x 2 slices = 4 programs, each owning 256 of the 1024 outputs: the two of
+        # slice 0 gave up, the two of slice 1 summed both partials
+        nan = torch.isnan(inp.out)
+        assert int(nan.sum()) == 2 * 256
+        ref = reference_matmul(inp.a, inp.b)
+        assert rel_error(inp.out[~nan], ref[~nan]) <= tolerance(p)
+    monkeypatch.setattr(skinny, "INTERPRETER_BARRIER", False)
+    check(p, cfg(2, "tagged"), "cpu")
+
+
 def test_barrier_grid_guard(monkeypatch: pytest.MonkeyPatch) -> None:
-    # On a GPU a barrier grid larger than the SM count is refused, never launched.
+    # On a GPU a barrier (or tagged) grid larger than the SM count is refused, never launched.
     monkeypatch.setattr(skinny, "_interpreting", lambda device: False)
     monkeypatch.setattr(skinny, "_sm_count", lambda device: 3)
     a = torch.randn(32, 64, dtype=torch.float16)
     b = torch.randn(64, 32, dtype=torch.float16)
-    with pytest.raises(Unsupported, match="at most 3 programs"):
-        matmul_skinny(a, b, cfg(2))  # 2 tiles x 2 slices
+    for mode in ("barrier", "tagged"):
+        with pytest.raises(Unsupported, match="at most 3 programs"):
+            matmul_skinny(a, b, cfg(2, mode))  # 2 tiles x 2 slices
 
 
 @pytest.mark.parametrize("bad", [

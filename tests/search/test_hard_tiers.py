@@ -312,6 +312,16 @@ def test_skinny_seeds_fill_the_sms_with_enough_bytes_in_flight(index: int,
     assert any(s["num_warps"] == 8 for s in seeds)
     if index == 4:
         assert {s["BLOCK_N"] for s in seeds if s["BLOCK_M"] == 32} >= {64, 128}
+    # the tagged reduction on the two best tile shapes, right after their first barrier seeds;
+    # 2 warps for tiles of at most 2048 elements (32x64 on 32x512x98304)
+    tagged = [s for s in seeds[:4] if s["MODE"] == "tagged"]
+    assert len(tagged) == 2 and seeds[0]["MODE"] == seeds[1]["MODE"] == "barrier"
+    assert all(s["num_warps"] == (2 if s["BLOCK_M"] * s["BLOCK_N"] <= 2048 else 4)
+               for s in tagged)
+    assert all(not skinny_space.violations(p, s, LIMITS) for s in tagged)
+    wide = {**tagged[0], "SPLIT_K": tagged[0]["SPLIT_K"] * 4}
+    assert any("MODE=tagged" in r and "resident" in r
+               for r in skinny_space.violations(p, wide, LIMITS))
 
 
 def test_skinny_splits_that_leave_slices_empty_are_infeasible() -> None:

@@ -12,7 +12,8 @@ waves of the SMs (4 tiles x 33 = 132). The product is bandwidth-bound: the seeds
 64-128 KB, within the shared memory.
 
 Only the deterministic reductions are searched: ``"barrier"`` (one launch, a grid barrier, so
-the grid must fit the SMs at once) and ``"two_launch"``; ``"atomic"`` sums in arrival order.
+the grid must fit the SMs at once), ``"tagged"`` (one launch, epoch-tagged partials instead of
+the barrier, the same grid limit) and ``"two_launch"``; ``"atomic"`` sums in arrival order.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ __all__ = ["MIN_K", "MIN_SPLIT", "MODES", "PARAMS", "WAVES", "applies", "seeds",
            "violations"]
 
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "MODE", "TMA")
-MODES = ("barrier", "two_launch")
+MODES = ("barrier", "tagged", "two_launch")
+#: The modes whose programs wait for each other, so the grid must fit the SMs at once.
+RESIDENT = ("barrier", "tagged")
 #: Planned for long K only: each of at least ``MIN_SPLIT`` K slices then still streams
 #: thousands of elements per output row.
 MIN_K = 16384
@@ -128,8 +131,9 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
             out.append(f"SPLIT_K={sk} with BLOCK_K={bk} fills only {used} slices of "
                        f"{per_split} (k={problem.k}): SPLIT_K={used} does the same work")
     grid = _tiles(problem, bm, bn) * sk
-    if config.get("MODE", "barrier") == "barrier" and limits.sm_count and grid > limits.sm_count:
-        out.append(f"MODE=barrier launches {grid} programs, over the {limits.sm_count} SMs "
+    mode = config.get("MODE", "barrier")
+    if mode in RESIDENT and limits.sm_count and grid > limits.sm_count:
+        out.append(f"MODE={mode} launches {grid} programs, over the {limits.sm_count} SMs "
                    "that can be resident at once")
     smem = config["num_stages"] * (bm + bn) * bk * DTYPE_BYTES[problem.dtype]
     if smem > limits.smem_per_block:
@@ -146,11 +150,12 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
 def seeds(problem: GemmProblem, sm_count: int) -> list[dict[str, Any]]:
     """Starting points, pointer loads. Tile shapes are ranked by how fully their largest
     one-wave split fills the SMs (ties: the H100's best for 64x64x65536 first: 64x64, then
-    64x32). The best two get deep pipelines under the barrier: ``BLOCK_K`` 128 four stages
-    (4 warps), 256 three or four, 128 five (8 warps), as far as the shared memory holds them;
-    then each shape's largest power-of-two split, the rest of the shapes, and last the two-launch
-    reduction over splits that fill two waves. Where whole ``BLOCK_K`` steps would leave the
-    last K slices empty, half the ``BLOCK_K`` two stages deeper."""
+    64x32). The best two get, in turn, ``BLOCK_K`` 128 five stages deep under the barrier, then
+    four stages under the tagged reduction (2 warps for tiles of at most 2048 elements, else 4),
+    then under the barrier four stages (4 warps), 256 three, 128 five (8 warps), as far as the
+    shared memory holds them, and their largest power-of-two split; then the rest of the shapes,
+    and last the two-launch reduction over splits that fill two waves. Where whole ``BLOCK_K``
+    steps would leave the last K slices empty, half the ``BLOCK_K`` two stages deeper."""
     sms = sm_count or 132
     legal = {c.name: set(c.values) for c in space(problem, sms)}
     order = [(64, 64), (64, 32), (32, 64), (16, 128), (32, 128), (16, 64), (64, 128)]
@@ -164,9 +169,13 @@ def seeds(problem: GemmProblem, sm_count: int) -> list[dict[str, Any]]:
     shapes = [t for t in shapes if split(*t, 1)]
     shapes.sort(key=lambda t: -_tiles(problem, *t) * (split(*t, 1) or 0))
     rows: list[tuple[int, int, int, int | None, int, int, str]] = []
-    for bm, bn in shapes[:2]:
+    best = shapes[:2]
+    rows += [(bm, bn, 128, split(bm, bn, 1), 4, 5, "barrier") for bm, bn in best]
+    rows += [(bm, bn, 128, split(bm, bn, 1), 2 if bm * bn <= 2048 else 4, 4, "tagged")
+             for bm, bn in best]
+    for bm, bn in best:
         sk = split(bm, bn, 1)
-        for bk, stages, warps in ((128, 4, 4), (256, 4, 4), (256, 3, 4), (128, 5, 8)):
+        for bk, stages, warps in ((128, 4, 4), (256, 3, 4), (128, 5, 8)):
             rows.append((bm, bn, bk, sk, warps, stages, "barrier"))
         rows.append((bm, bn, 128, split(bm, bn, 1, pow2=True), 4, 4, "barrier"))
     for bm, bn in shapes[2:]:
