@@ -1,11 +1,12 @@
 """The new GEMM kernels compile for sm_90 without a GPU (Triton's compiler and its bundled
 ptxas, in a process of its own: ``gemm_sm90_compile``), and the PTX has what they are for: stream-K
 issues TMA bulk-tensor loads and ``wgmma`` on its TMA path, waits with acquire loads and
-publishes with a release exchange; the skinny kernel's tagged reduction stores each partial value
-with its epoch in one relaxed 64-bit store and polls without atomics; the repair's copy stores 16-byte vectors into the aligned
-scratch (given the alignment Triton's JIT marks on the arguments) while it reads an unaligned
-source element by element. This catches what the interpreter cannot: a construct Triton's
-compiler rejects (loop-carried types, constexpr branches). Nothing here runs a kernel."""
+publishes with a release exchange; the skinny kernel's tagged reduction stores each partial
+value with its epoch in one relaxed 64-bit store and polls without atomics; the repair's copy
+stores 16-byte vectors into the aligned scratch (given the alignment Triton's JIT marks on the
+arguments) while it reads an unaligned source element by element. This catches what the
+interpreter cannot: a construct Triton's compiler rejects (loop-carried types, constexpr
+branches). Nothing here runs a kernel."""
 
 from __future__ import annotations
 

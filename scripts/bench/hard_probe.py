@@ -1,0 +1,364 @@
+"""Probe of the hard-shape kernels (issue 18) on a GPU: the pieces of the 511x1024x4097 repair
+(copies, the split plan, cuBLAS on views, Triton on the copies) and the long-K skinny kernel
+(read ceiling, modes, tiles, where its time goes), timed with the worker's ``EventBench`` (read
+flush, rotated input sets), each kernel checked against the float64 reference first.
+
+    OUT=DIR python -m scripts.bench.hard_probe [u] [s] [s2] [s3] [s4] [s5]
+
+(no argument: ``u`` and ``s``). Writes ``$OUT/probe.json`` and prints a table. The numbers of
+docs/benchmarks/gemm_hard_h100_2026-11-25.md come from it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+import traceback
+
+import torch
+import triton
+import triton.language as tl
+
+from kernel_templates.gemm import repair, skinny
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import reference_for, rel_error
+from kernel_templates.gemm.triton import matmul as tiled
+from search.kinds.gemm import repair_space, skinny_space
+from search.kinds.gemm.alignment import RepairPlan
+from search.kinds.gemm.spec import GemmProblem
+from workers.bench import EventBench
+
+OUT = os.environ.get("OUT", "/tmp/probe")
+os.makedirs(OUT, exist_ok=True)
+ROWS: list[dict] = []
+BENCH = EventBench(max_reps=300, target_ms=20.0, warmup_ms=10.0)
+ONLY = set(sys.argv[1:])
+
+
+def record(shape: str, name: str, sets, make, check: bool = True, refs=None) -> None:
+    row = {"shape": shape, "name": name}
+    try:
+        calls = [make(s) for s in sets]
+        if check:
+            s = sets[0]
+            s.out.fill_(float("nan"))
+            calls[0]()
+            torch.cuda.synchronize()
+            row["err"] = rel_error(s.out, refs[0])
+            if not row["err"] < 2e-2:
+                raise RuntimeError(f"wrong: rel_error {row['err']}")
+        t = BENCH(calls)
+        row.update(us=t.median_us, p20=t.p20_us, p80=t.p80_us, reps=t.reps)
+    except Exception as exc:  # noqa: BLE001
+        row["error"] = repr(exc)[:400]
+        traceback.print_exc(limit=2)
+    ROWS.append(row)
+    print(json.dumps(row), flush=True)
+
+
+def cublas_inner(a_in, b_in, c):
+    return lambda: torch.matmul(a_in, b_in, out=c)
+
+
+def tiled_inner(cfg):
+    return lambda a_in, b_in, c: (lambda: tiled(a_in, b_in, cfg, out=c))
+
+
+# -- 511x1024x4097 ------------------------------------------------------------------------------
+def unaligned() -> None:
+    p = GemmProblem(511, 1024, 4097)
+    sh = "511x1024x4097"
+    sets = [make_inputs(p, "cuda", seed=100 + i) for i in range(4)]
+    refs = [reference_for(s) for s in sets]
+    record(sh, "cublas", sets, lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out)), refs=refs)
+    for b_layout, padded in (("row", True), ("kmajor", True), ("keep", False)):
+        plan = RepairPlan.of(p, b_layout, padded)
+        record(sh, f"repaired {'padded' if padded else 'views'} {b_layout}", sets,
+               lambda s, plan=plan: repair.RepairedCall(plan, s.a, s.b, s.out, cublas_inner),
+               refs=refs)
+
+        def copy_only(s, plan=plan):
+            scratch = repair.allocate(plan, s.a.device, s.a.dtype, s.out.dtype)
+            return lambda: repair.repair(plan, s.a, s.b, scratch)
+        record(sh, f"copy only {'padded' if padded else 'views'} {b_layout}", sets, copy_only,
+               check=False)
+    pa = GemmProblem(511, 1024, 4096)
+    asets = [make_inputs(pa, "cuda", seed=200 + i) for i in range(4)]
+    record("511x1024x4096", "cublas aligned", asets,
+           lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out)),
+           refs=[reference_for(s) for s in asets])
+
+    k_al = 4096
+
+    def split(s):
+        buf = torch.empty((511, 4160), dtype=s.a.dtype, device="cuda")
+
+        def call():
+            repair.split_launch(s.a, s.b, buf, s.out, k_al)
+            s.out.addmm_(buf[:, :k_al], s.b[:k_al])
+        return call
+
+    def split_copy(s):
+        buf = torch.empty((511, 4160), dtype=s.a.dtype, device="cuda")
+        return lambda: repair.split_launch(s.a, s.b, buf, s.out, k_al)
+
+    def split_gemm(s):
+        buf = torch.randn((511, 4160), device="cuda").to(s.a.dtype)
+        return lambda: s.out.addmm_(buf[:, :k_al], s.b[:k_al])
+
+    def views_gemm(s):
+        buf = torch.randn((511, 4160), device="cuda").to(s.a.dtype)
+        return lambda: torch.matmul(buf[:, :4097], s.b, out=s.out)
+
+    record(sh, "split total (copy+tail, addmm)", sets, split, refs=refs)
+    record(sh, "split copy+tail only", sets, split_copy, check=False)
+    record(sh, "split addmm only", sets, split_gemm, check=False)
+    record(sh, "views cublas only (k=4097, lda 4160)", sets, views_gemm, check=False)
+    base = (repair.COPY_BLOCK, repair._COPY_WARPS)
+    for br, bc, w in ((32, 256, 4), (16, 512, 4), (64, 256, 8), (128, 128, 8), (32, 128, 4),
+                      (16, 256, 4), (8, 512, 4), (32, 512, 8)):
+        repair.COPY_BLOCK, repair._COPY_WARPS = (br, bc), w
+        record(sh, f"split total copy {br}x{bc} w{w}", sets, split, refs=refs)
+        record(sh, f"split copy+tail only {br}x{bc} w{w}", sets, split_copy, check=False)
+    repair.COPY_BLOCK, repair._COPY_WARPS = base
+    plan = RepairPlan.of(p, "keep", False)
+    cfgs = []
+    for (bm, bn, bk, w, st), sk in itertools.product(
+            ((128, 128, 64, 4, 4), (128, 128, 64, 8, 4), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
+             (128, 256, 64, 8, 3), (64, 64, 64, 4, 4)), (2, 4, 8)):
+        cfgs.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SPLIT_K=sk,
+                         num_warps=w, num_stages=st))
+    for cfg in cfgs:
+        record(sh, f"triton_repair keep {cfg}", sets,
+               lambda s, cfg=cfg: repair.RepairedCall(plan, s.a, s.b, s.out, tiled_inner(cfg)),
+               refs=refs)
+    for seed in repair_space.seeds(p, "tiles")[:6]:
+        pl = RepairPlan.of(p, seed["B_LAYOUT"], False)
+        cfg = repair_space.inner_config(seed)
+        record(sh, f"seed {seed}", sets,
+               lambda s, cfg=cfg, pl=pl: repair.RepairedCall(pl, s.a, s.b, s.out,
+                                                            tiled_inner(cfg)), refs=refs)
+
+
+# -- long K ---------------------------------------------------------------------------------------
+@triton.jit
+def _read_kernel(x, out, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(pid * BLOCK, n, nprog * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        acc += tl.load(x + offs, mask=offs < n, other=0.0).to(tl.float32)
+    tl.store(out + pid, tl.sum(acc))
+
+
+def long_k() -> None:
+    sink = torch.empty(1 << 16, device="cuda")
+    nothing = torch.empty(1, device="cuda")
+    record("-", "empty kernel", [None], lambda s: (lambda: nothing.add_(1.0)), check=False)
+    for p in (GemmProblem(128, 128, 262144), GemmProblem(32, 512, 98304)):
+        sh = f"{p.m}x{p.n}x{p.k}"
+        sets = [make_inputs(p, "cuda", seed=300 + i) for i in range(2)]
+        refs = [reference_for(s) for s in sets]
+        numel = p.m * p.k + p.k * p.n
+        flats = [torch.randn(numel, device="cuda").to(torch.bfloat16) for _ in range(2)]
+        for grid_per_sm, block in ((2, 4096), (4, 4096), (8, 2048), (1, 8192)):
+            record(sh, f"read ceiling grid {grid_per_sm}/SM block {block}", flats,
+                   lambda x, g=grid_per_sm, b=block: (lambda: _read_kernel[(132 * g,)](
+                       x, sink, x.numel(), BLOCK=b, num_warps=8)), check=False)
+        record(sh, "cublas", sets, lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out)),
+               refs=refs)
+        cfgs = [dict(c) for c in skinny_space.seeds(p, 132)]
+        extra = []
+        if p.m == 128:
+            for bm, bn, bk, sk, w, st in ((64, 64, 128, 33, 4, 4), (64, 64, 128, 33, 8, 4),
+                                          (64, 64, 256, 33, 4, 3), (64, 64, 64, 33, 4, 6),
+                                          (128, 128, 64, 132, 8, 4), (128, 128, 64, 132, 8, 6),
+                                          (128, 128, 128, 132, 8, 3), (64, 128, 128, 66, 4, 4),
+                                          (64, 128, 128, 66, 8, 4), (128, 64, 128, 66, 8, 4),
+                                          (128, 128, 64, 132, 4, 4)):
+                extra.append((bm, bn, bk, sk, w, st))
+        else:
+            for bm, bn, bk, sk, w, st in ((32, 128, 128, 33, 4, 4), (32, 256, 128, 66, 4, 4),
+                                          (32, 256, 128, 66, 8, 4), (32, 512, 64, 132, 8, 4),
+                                          (32, 512, 64, 132, 8, 6), (32, 512, 128, 132, 8, 3),
+                                          (32, 64, 128, 16, 4, 4), (32, 256, 64, 66, 4, 6),
+                                          (32, 128, 256, 33, 4, 3)):
+                extra.append((bm, bn, bk, sk, w, st))
+        for bm, bn, bk, sk, w, st in extra:
+            for tma in (0, 1):
+                cfgs.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w,
+                                 num_stages=st, MODE="barrier", TMA=tma))
+        seen = []
+        for cfg in cfgs:
+            if cfg in seen:
+                continue
+            seen.append(cfg)
+            record(sh, f"skinny {cfg}", sets,
+                   lambda s, cfg=cfg: (lambda: skinny.matmul_skinny(s.a, s.b, cfg, out=s.out)),
+                   refs=refs)
+
+
+def long_k2() -> None:
+    """The barrier's poll (atomics or acquire loads) and 2-3 programs per SM."""
+    real_sms = skinny._sm_count
+    for p, base in ((GemmProblem(128, 128, 262144),
+                     [(64, 64, 128, 33, 4, 5, 1), (64, 64, 128, 33, 4, 4, 1),
+                      (64, 64, 128, 66, 4, 3, 2), (64, 64, 64, 66, 4, 6, 2),
+                      (64, 64, 64, 99, 4, 4, 3), (64, 64, 128, 66, 4, 2, 2),
+                      (64, 128, 64, 66, 4, 5, 1), (64, 128, 64, 132, 4, 3, 2)]),
+                    (GemmProblem(32, 512, 98304),
+                     [(32, 64, 128, 16, 4, 4, 1), (32, 64, 256, 16, 4, 3, 1),
+                      (32, 64, 128, 33, 4, 4, 2), (32, 64, 64, 33, 4, 8, 2),
+                      (32, 64, 256, 33, 4, 2, 2), (32, 64, 64, 49, 4, 5, 3),
+                      (32, 128, 128, 33, 4, 4, 1), (32, 128, 128, 66, 4, 3, 2)])):
+        sh = f"{p.m}x{p.n}x{p.k}"
+        sets = [make_inputs(p, "cuda", seed=400 + i) for i in range(2)]
+        refs = [reference_for(s) for s in sets]
+        record(sh, "cublas", sets, lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out)),
+               refs=refs)
+        for bm, bn, bk, sk, w, st, per_sm in base:
+            for poll in ((False, True) if per_sm == 1 else (True,)):
+                for tma in (0, 1):
+                    cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w,
+                               num_stages=st, MODE="barrier", TMA=tma)
+                    skinny.POLL_LOADS = poll
+                    skinny._sm_count = lambda d, n=per_sm: n * real_sms(d)
+                    record(sh, f"skinny poll={int(poll)} per_sm={per_sm} {cfg}", sets,
+                           lambda s, cfg=cfg: (lambda: skinny.matmul_skinny(s.a, s.b, cfg,
+                                                                              out=s.out)),
+                           refs=refs)
+        skinny._sm_count = real_sms
+        skinny.POLL_LOADS = True
+
+
+class _NoLaunch:
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def long_k3() -> None:
+    """Where the skinny kernel's time goes: the stream alone (two-launch mode without its
+    second launch) against the whole barrier kernel, at K and 2K (the slope)."""
+    sink = torch.empty(1 << 16, device="cuda")
+    reduce_kernel = skinny._reduce_kernel
+    cases = {(128, 128): [(64, 64, 128, 33, 4, 5, 1), (64, 64, 128, 33, 4, 5, 0),
+                          (64, 64, 64, 33, 4, 8, 1), (64, 64, 128, 33, 2, 5, 1),
+                          (64, 64, 256, 33, 4, 3, 1)],
+             (32, 512): [(32, 64, 256, 16, 4, 3, 1), (32, 64, 256, 16, 4, 3, 0),
+                         (32, 64, 128, 16, 4, 6, 1), (32, 64, 128, 16, 2, 4, 1),
+                         (32, 128, 128, 33, 4, 5, 1)]}
+    for (m, n), cfgs in cases.items():
+        for k in ((262144, 524288) if m == 128 else (98304, 196608)):
+            p = GemmProblem(m, n, k)
+            sh = f"{m}x{n}x{k}"
+            sets = [make_inputs(p, "cuda", seed=500 + i) for i in range(2)]
+            refs = [reference_for(s) for s in sets]
+            flats = [torch.randn(m * k + k * n, device="cuda").to(torch.bfloat16)
+                     for _ in range(2)]
+            record(sh, "read ceiling grid 8/SM block 2048", flats,
+                   lambda x: (lambda: _read_kernel[(132 * 8,)](x, sink, x.numel(), BLOCK=2048,
+                                                              num_warps=8)), check=False)
+            record(sh, "cublas", sets, lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out)),
+                   refs=refs)
+            for bm, bn, bk, sk, w, st, tma in cfgs:
+                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w,
+                           num_stages=st, MODE="barrier", TMA=tma)
+                record(sh, f"skinny {cfg}", sets,
+                       lambda s, cfg=cfg: (lambda: skinny.matmul_skinny(s.a, s.b, cfg,
+                                                                         out=s.out)),
+                       refs=refs)
+                two = {**cfg, "MODE": "two_launch"}
+                skinny._reduce_kernel = _NoLaunch()
+                record(sh, f"stream only {two}", sets,
+                       lambda s, cfg=two: (lambda: skinny.matmul_skinny(s.a, s.b, cfg,
+                                                                         out=s.out)),
+                       check=False)
+                skinny._reduce_kernel = reduce_kernel
+
+
+def long_k4() -> None:
+    """The tagged mode (no barrier) against the barrier, same configs; bitwise against
+    two_launch."""
+    cases = {(128, 128, 262144): [(64, 64, 128, 33, 4, 5, 1), (64, 64, 128, 33, 4, 5, 0),
+                                  (64, 64, 128, 32, 4, 5, 0), (64, 128, 64, 66, 4, 6, 0)],
+             (32, 512, 98304): [(32, 64, 256, 16, 4, 3, 1), (32, 64, 128, 16, 4, 4, 0),
+                                (32, 64, 128, 16, 2, 4, 1), (32, 128, 64, 33, 4, 6, 0),
+                                (32, 64, 128, 16, 4, 5, 0)]}
+    for (m, n, k), cfgs in cases.items():
+        p = GemmProblem(m, n, k)
+        sh = f"{m}x{n}x{k}"
+        sets = [make_inputs(p, "cuda", seed=600 + i) for i in range(2)]
+        refs = [reference_for(s) for s in sets]
+        record(sh, "cublas", sets, lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out)),
+               refs=refs)
+        for bm, bn, bk, sk, w, st, tma in cfgs:
+            outs = {}
+            for mode in ("tagged", "barrier", "two_launch"):
+                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w,
+                           num_stages=st, MODE=mode, TMA=tma)
+                record(sh, f"skinny {cfg}", sets,
+                       lambda s, cfg=cfg: (lambda: skinny.matmul_skinny(s.a, s.b, cfg,
+                                                                         out=s.out)),
+                       refs=refs)
+                s0 = sets[0]
+                s0.out.fill_(float("nan"))
+                skinny.matmul_skinny(s0.a, s0.b, cfg, out=s0.out)
+                outs[mode] = s0.out.clone()
+            same = {mo: torch.equal(outs["two_launch"], o) for mo, o in outs.items()}
+            bad = 0
+            for _ in range(50):  # back to back: a lost or stale partial would show
+                s0.out.fill_(float("nan"))
+                skinny.matmul_skinny(s0.a, s0.b, {**cfg, "MODE": "tagged"}, out=s0.out)
+                bad += int(not torch.equal(s0.out, outs["tagged"]))
+            ROWS.append({"shape": sh, "name": f"bitwise {bm}x{bn}x{bk} sk{sk}",
+                         "equal_to_two_launch": same, "tagged_repeat_mismatches_of_50": bad})
+            print(ROWS[-1], flush=True)
+
+
+def long_k5() -> None:
+    """The tagged reduction over warps, stages and loads, beside the barrier."""
+    cases = {(32, 512, 98304): [(32, 64, 128, 16, 2, 4, 1), (32, 64, 128, 16, 2, 4, 0),
+                                (32, 64, 128, 16, 2, 6, 1), (32, 64, 256, 16, 2, 3, 1),
+                                (32, 64, 64, 16, 2, 8, 1), (32, 64, 128, 16, 4, 4, 1)],
+             (128, 128, 262144): [(64, 64, 128, 33, 4, 5, 1), (64, 64, 128, 33, 4, 4, 0)]}
+    for (m, n, k), cfgs in cases.items():
+        p = GemmProblem(m, n, k)
+        sh = f"{m}x{n}x{k}"
+        sets = [make_inputs(p, "cuda", seed=700 + i) for i in range(2)]
+        refs = [reference_for(s) for s in sets]
+        record(sh, "cublas", sets, lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out)),
+               refs=refs)
+        for bm, bn, bk, sk, w, st, tma in cfgs:
+            for mode in ("tagged", "barrier"):
+                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w,
+                           num_stages=st, MODE=mode, TMA=tma)
+                record(sh, f"skinny {cfg}", sets,
+                       lambda s, cfg=cfg: (lambda: skinny.matmul_skinny(s.a, s.b, cfg,
+                                                                         out=s.out)),
+                       refs=refs)
+
+
+if __name__ == "__main__":
+    print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
+    try:
+        if not ONLY or "u" in ONLY:
+            unaligned()
+        if not ONLY or "s" in ONLY:
+            long_k()
+        if "s2" in ONLY:
+            long_k2()
+        if "s3" in ONLY:
+            long_k3()
+        if "s4" in ONLY:
+            long_k4()
+        if "s5" in ONLY:
+            long_k5()
+    finally:
+        with open(os.path.join(OUT, "probe.json"), "w") as f:
+            json.dump(ROWS, f, indent=1)
+        for r in ROWS:
+            us = f"{r['us']:8.2f}" if "us" in r else "   ERROR"
+            print(f"{r['shape']:>15} {us} {r.get('err', 0) or 0:.1e} {r['name'][:110]}"
+                  + (f" {r['error'][:120]}" if "error" in r else ""))
