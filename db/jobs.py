@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from db.models import CandidateRow, JobRow, MeasurementRow, PlanMarkRow, ProblemRow
 from db.records import ACTIVE_JOB, OUTSTANDING, JobRecord, JobStatus, ProblemRecord
 from search import kinds
-from search.types import Problem
+from search.types import Problem, parse_problem
 
 
 def get_or_create_problem(session: Session, problem: Problem, now: datetime) -> ProblemRecord:
@@ -88,6 +88,15 @@ def lock_submissions(session: Session) -> None:
 
 #: The advisory lock key of job submissions (any constant other code does not use).
 _SUBMIT_LOCK = 0x6B735F6A6F6273  # "ks_jobs"
+
+
+def problems_of(session: Session, problem_ids: Sequence[int]) -> dict[int, Problem]:
+    """The problems of ``problem_ids`` (those stored), in one query."""
+    if not problem_ids:
+        return {}
+    rows = session.execute(select(ProblemRow.id, ProblemRow.spec)
+                           .where(ProblemRow.id.in_(sorted(set(problem_ids)))))
+    return {pid: parse_problem(spec) for pid, spec in rows}
 
 
 def get_job(session: Session, job_id: int, *, lock: bool = False) -> JobRecord | None:

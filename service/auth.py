@@ -18,19 +18,21 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, Path
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from db import workers
+from db.records import WorkerRecord
 from service.deps import FlowDep, SettingsDep
 from service.errors import Forbidden, Unauthorized
 from service.settings import ServiceSettings
 from service.tokens import UserToken, digest, match
 
-__all__ = ["Caller", "ReadAuth", "UserDep", "WorkerAuth", "WorkerSecretAuth", "may_act_on",
-           "warn_if_open", "worker_secret_header"]
+__all__ = ["Caller", "ReadAuth", "UserDep", "WorkerAuth", "WorkerCheck", "WorkerSecretAuth",
+           "may_act_on", "warn_if_open", "worker_check", "worker_secret_header"]
 
 log = logging.getLogger("kernelsearch.auth")
 
@@ -106,15 +108,34 @@ def requireworker_secret_header(flow: FlowDep,
     """A registered worker's id is used only with its secret (``X-Worker-Secret``)."""
     with flow.db.read_session() as s:
         worker = workers.get_worker(s, worker_id)
-    if worker is None or worker.secret_sha256 is None:
-        return  # unknown: the route answers 404; no secret yet: registered before secrets
-    if not secret or not hmac.compare_digest(digest(secret).encode(),
-                                             worker.secret_sha256.encode()):
-        raise Forbidden(f"worker {worker_id} acts only with its own secret: send the "
-                        "worker_secret its first registration returned as X-Worker-Secret")
+    if worker is not None:  # unknown: the route answers 404
+        worker_check(secret)(worker)
 
 
 WorkerSecretAuth = Depends(requireworker_secret_header)
+
+
+def worker_check(secret: str | None) -> Callable[[WorkerRecord], None]:
+    """The check that a call under a worker's id comes with that worker's secret, for ``Flow``
+    to run on the worker it reads anyway (lease and report: no read of its own)."""
+
+    def check(worker: WorkerRecord) -> None:
+        if worker.secret_sha256 is None:
+            return  # registered before secrets
+        if not secret or not hmac.compare_digest(digest(secret).encode(),
+                                                 worker.secret_sha256.encode()):
+            raise Forbidden(f"worker {worker.id} acts only with its own secret: send the "
+                            "worker_secret its first registration returned as X-Worker-Secret")
+    return check
+
+
+async def _worker_checker(secret: Annotated[str | None, Depends(worker_secret_header)]
+                          ) -> Callable[[WorkerRecord], None]:
+    return worker_check(secret)
+
+
+#: A route's ``worker_check`` of the request's ``X-Worker-Secret``, for ``Flow`` to run.
+WorkerCheck = Annotated[Callable[[WorkerRecord], None], Depends(_worker_checker)]
 
 
 def warn_if_open(settings: ServiceSettings) -> None:

@@ -37,7 +37,7 @@ from search.decision import Policy
 from search.types import Candidate, Device, Measurement, Problem, ProblemError, Status
 from service.agent_loop import AgentLoop, time_up
 from service.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
-from service.reports import store
+from service.reports import Shared, store
 from service.settings import ServiceSettings
 from service.tokens import digest
 from service.tuning import TunerPool
@@ -138,7 +138,10 @@ class Flow:
                                   backends=list(dict.fromkeys(backends)), target_gpu=gpu,
                                   seed=seed or 0, now=now,
                                   policy=(policy or Policy()).to_dict(), owner=owner)
-        return self.job_state(job.id)
+            # what job_state would read back: a job stored just now has no candidate,
+            # measurement, held result or decision yet, only a reason to wait
+            return JobState(job, JobCounts(), None, None, None, now,
+                            waiting=self._waiting(s, job, now))
 
     def _check_queue(self, s: Session, owner: str | None) -> None:
         limit, retry = self.settings.max_queued_jobs, QUEUE_RETRY_AFTER_S
@@ -209,13 +212,17 @@ class Flow:
                                    worker.id, now)
             return worker, issued
 
-    def lease(self, worker_id: int, max_candidates: int) -> LeaseGrant:
+    def lease(self, worker_id: int, max_candidates: int,
+              check: CheckWorker | None = None) -> LeaseGrant:
+        """Lease up to ``max_candidates`` of the work the worker's GPU model can run; ``check``
+        (the HTTP route's: the worker's secret) runs on the worker as it is read."""
         now = self.clock()
         lease_id = str(uuid.uuid4())
         expires = now + timedelta(seconds=self.settings.lease_seconds)
         if self.background:
-            return self._lease_planned(worker_id, max_candidates, lease_id, now, expires)
-        worker = self._worker(worker_id)
+            return self._lease_planned(worker_id, max_candidates, lease_id, now, expires,
+                                       check)
+        worker = self._worker(worker_id, check)
         device = Device.from_dict(worker.device)
         self.expire_stale()
         with self.db.session() as s:
@@ -245,17 +252,15 @@ class Flow:
         return LeaseGrant(lease_id, expires, self.settings.lease_seconds, granted, attempts)
 
     def _lease_planned(self, worker_id: int, max_candidates: int, lease_id: str,
-                       now: datetime, expires: datetime) -> LeaseGrant:
+                       now: datetime, expires: datetime,
+                       check: CheckWorker | None) -> LeaseGrant:
         """A lease that plans nothing (``planning="background"``), in one transaction: take
         back expired leases (their jobs marked), hand out what the planner has queued for the
         worker's GPU model in one statement, and, with room left, bind the oldest queued job
         the device can run and mark it for the planner (its candidates come in a later
         lease)."""
         with self.db.session() as s:
-            worker = workers.get_worker(s, worker_id)
-            if worker is None:
-                raise NotFound(f"worker {worker_id} not found: register with "
-                               "POST /v1/workers/register")
+            worker = _known_worker(s, worker_id, check)
             device = Device.from_dict(worker.device)
             expired = cands.expire_stale(s, now, self.settings.max_attempts)
             jobs.mark_due(s, [e.candidate.job_id for e in expired])
@@ -264,22 +269,21 @@ class Flow:
                                                max_candidates, lease_id, worker_id, expires)
             if got:
                 cands.create_lease(s, lease_id, worker_id, now, expires)
-            problems = {j: rec.problem for j in {c.job_id for c in got}
-                        if (rec := jobs.get_job(s, j)) is not None}
+            problems = jobs.problems_of(s, [c.problem_id for c in got])
             if len(got) < max_candidates:
                 self._bind_next(s, device, now)
         if not got:
             return LeaseGrant(None, None, self.settings.lease_seconds, [], [])
         return LeaseGrant(lease_id, expires, self.settings.lease_seconds,
-                          [Candidate(problems[c.job_id], c.backend, c.config, c.id, c.task)
+                          [Candidate(problems[c.problem_id], c.backend, c.config, c.id, c.task)
                            for c in got], [c.attempts for c in got])
 
     def _bind_next(self, s: Session, device: Device, now: datetime) -> None:
         """Bind the oldest queued job that ``device`` can run to its GPU model and mark it for
         the planner (in the lease's transaction)."""
-        after = 0
+        after, size = 0, _FIRST_PAGE  # the oldest usually fits: read a few jobs first
         while True:
-            page = jobs.unbound_jobs(s, device.gpu_model, after=after, limit=_PAGE)
+            page = jobs.unbound_jobs(s, device.gpu_model, after=after, limit=size)
             for job in page:
                 if not self._fits(job, device):
                     continue
@@ -287,9 +291,9 @@ class Flow:
                 if jobs.bind_job(s, job.id, device.gpu_model, backends, now):
                     jobs.mark_due(s, [job.id])
                     return
-            if len(page) < _PAGE:
+            if len(page) < size:
                 return
-            after = page[-1].id
+            after, size = page[-1].id, _PAGE
 
     def _plan(self, job_id: int, device: dict[str, Any] | None = None) -> None:
         """Plan the job now (``planning="inline"``), or mark it for the planner."""
@@ -318,7 +322,8 @@ class Flow:
         return expires
 
     def report(self, worker_id: int, lease_id: str,
-               results: Iterable[tuple[int, Measurement]]) -> ReportOutcome:
+               results: Iterable[tuple[int, Measurement]],
+               check: CheckWorker | None = None) -> ReportOutcome:
         """Store each result of the lease (inline planning: each in its own transaction) under
         the candidate's row lock, so that a report stored is never stored twice (a retry, the
         same report through another API process) and a late one (its lease expired, the
@@ -326,8 +331,8 @@ class Flow:
         A repeat of a stored report tells the tuner again (a no-op unless the first telling
         was cut off)."""
         if self.background:
-            return self._report_planned(worker_id, lease_id, results)
-        worker = self._worker(worker_id)
+            return self._report_planned(worker_id, lease_id, results, check)
+        worker = self._worker(worker_id, check)
         accepted: list[int] = []
         rejected: list[tuple[int, str]] = []
         touched: set[int] = set()
@@ -349,7 +354,8 @@ class Flow:
         return ReportOutcome(accepted, rejected)
 
     def _report_planned(self, worker_id: int, lease_id: str,
-                        results: Iterable[tuple[int, Measurement]]) -> ReportOutcome:
+                        results: Iterable[tuple[int, Measurement]],
+                        check: CheckWorker | None) -> ReportOutcome:
         """A report that tells no tuner (``planning="background"``): every result stored in one
         transaction, the candidates locked in id order (two reports of the same candidates, a
         retry racing its original, never lock in opposite orders), and the jobs of what was
@@ -357,14 +363,12 @@ class Flow:
         accepted: list[int] = []
         rejected: list[tuple[int, str]] = []
         with self.db.session() as s:
-            worker = workers.get_worker(s, worker_id)
-            if worker is None:
-                raise NotFound(f"worker {worker_id} not found: register with "
-                               "POST /v1/workers/register")
+            worker = _known_worker(s, worker_id, check)
             marked: set[int] = set()
+            shared = Shared(touch=False)  # the worker is marked seen once, below
             for candidate_id, measurement in sorted(results, key=lambda r: r[0]):
                 got = store(s, worker, lease_id, candidate_id, measurement, self.clock(),
-                             self.settings.implausible_below)
+                            self.settings.implausible_below, shared)
                 if got.cand is not None and (got.refused is None or got.stored is not None):
                     marked.add(got.cand.job_id)  # stored, or a repeat: the planner tells
                 if got.cand is None or got.job is None or got.refused is not None:
@@ -372,6 +376,8 @@ class Flow:
                 else:
                     accepted.append(candidate_id)
             jobs.mark_due(s, sorted(marked))
+            if accepted:
+                workers.touch(s, worker_id, self.clock())
         return ReportOutcome(accepted, rejected)
 
     def _tell(self, job: JobRecord, cand: CandidateRecord, measurement: Measurement,
@@ -419,13 +425,9 @@ class Flow:
             raise NotFound(f"job {job_id} not found")
         return job
 
-    def _worker(self, worker_id: int) -> WorkerRecord:
+    def _worker(self, worker_id: int, check: CheckWorker | None = None) -> WorkerRecord:
         with self.db.read_session() as s:
-            worker = workers.get_worker(s, worker_id)
-        if worker is None:
-            raise NotFound(f"worker {worker_id} not found: register with "
-                           "POST /v1/workers/register")
-        return worker
+            return _known_worker(s, worker_id, check)
 
     def _state(self, s: Session, job_id: int, now: datetime) -> JobState:
         job = jobs.get_job(s, job_id)
@@ -493,6 +495,21 @@ class Flow:
         return bound
 
 
+#: A check of the worker a call acts as (``service.auth.worker_check``: its secret).
+CheckWorker = Callable[[WorkerRecord], None]
+
+
+def _known_worker(s: Session, worker_id: int, check: CheckWorker | None) -> WorkerRecord:
+    """The worker ``worker_id`` (404 when unknown), passed by ``check``."""
+    worker = workers.get_worker(s, worker_id)
+    if worker is None:
+        raise NotFound(f"worker {worker_id} not found: register with "
+                       "POST /v1/workers/register")
+    if check is not None:
+        check(worker)
+    return worker
+
+
 def _same_secret(secret: str | None, sha256: str) -> bool:
     return bool(secret) and hmac.compare_digest(digest(secret or "").encode(), sha256.encode())
 
@@ -504,5 +521,6 @@ def _taken(name: str) -> Forbidden:
                      "(KS_WORKER_NAME) for a new worker")
 
 
-#: Eligible jobs a lease reads at a time (``Flow._eligible``).
-_PAGE = 32
+#: Eligible jobs a lease reads at a time (``Flow._eligible``), and the first page of the
+#: unbound jobs a background lease reads to bind one (``Flow._bind_next``).
+_PAGE, _FIRST_PAGE = 32, 4

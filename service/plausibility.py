@@ -10,10 +10,7 @@ worker. A re-measurement within :data:`CONFIRM_TOLERANCE` of the held time relea
 
 from __future__ import annotations
 
-from sqlalchemy.orm import Session
-
-from db import calibrations
-from db.records import JobRecord, MeasurementRecord
+from db.records import CalibrationRecord, JobRecord, MeasurementRecord
 from search.decision import Policy
 from search.roofline import Calibration, roofline
 from search.types import Measurement
@@ -24,14 +21,13 @@ __all__ = ["CONFIRM_TOLERANCE", "agrees", "verdict", "why_held"]
 CONFIRM_TOLERANCE = 0.10
 
 
-def why_held(s: Session, job: JobRecord, gpu_model: str, measurement: Measurement,
-             precision: str | None, share: float) -> str | None:
+def why_held(job: JobRecord, gpu_model: str, measurement: Measurement,
+             precision: str | None, share: float, cal: CalibrationRecord | None) -> str | None:
     """Why ``measurement`` (an ok kernel result on ``gpu_model``) is held, or None: it beats
-    ``share`` of the roofline's time on that model's latest calibration (none, or one made on
-    the interpreter: never held)."""
+    ``share`` of the roofline's time on ``cal``, that model's latest calibration (none, or one
+    made on the interpreter: never held)."""
     if share <= 0 or not measurement.ok or measurement.median_us is None:
         return None
-    cal = calibrations.latest(s, gpu_model)
     if cal is None or cal.env.get("mode") == "interpreter":
         # the interpreter's calibration times a small GEMM on the CPU: no ceilings (and a
         # worker claiming the interpreter mode changes nothing: it is the calibration's)

@@ -7,14 +7,15 @@ it once per result, in a transaction per result (inline planning) or one for the
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from db import calibrations, jobs, measurements, workers
 from db import candidates as cands
-from db import jobs, measurements, workers
 from db.records import (
+    CalibrationRecord,
     CandidateRecord,
     CandidateStatus,
     JobRecord,
@@ -29,7 +30,7 @@ from service.agent_loop import record_calibration
 
 log = logging.getLogger("kernelsearch.flow")
 
-__all__ = ["Stored", "store"]
+__all__ = ["Shared", "Stored", "store"]
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,36 @@ class Stored:
     measurement: Measurement | None = None
 
 
+@dataclass
+class Shared:
+    """What the results of one report (one transaction) read once: their jobs and the GPU
+    model's latest calibration (forgotten when the report records a new one). ``touch``:
+    whether ``store`` marks the worker seen itself; a caller storing several results in one
+    transaction passes False and marks it once."""
+
+    touch: bool = True
+    jobs: dict[int, JobRecord | None] = field(default_factory=dict)
+    calibrations: dict[str, CalibrationRecord | None] = field(default_factory=dict)
+
+    def job(self, s: Session, job_id: int) -> JobRecord | None:
+        if job_id not in self.jobs:
+            self.jobs[job_id] = jobs.get_job(s, job_id)
+        return self.jobs[job_id]
+
+    def calibration(self, s: Session, gpu_model: str) -> CalibrationRecord | None:
+        if gpu_model not in self.calibrations:
+            self.calibrations[gpu_model] = calibrations.latest(s, gpu_model)
+        return self.calibrations[gpu_model]
+
+
 def store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
-           measurement: Measurement, now: datetime, implausible_below: float) -> Stored:
+          measurement: Measurement, now: datetime, implausible_below: float,
+          shared: Shared | None = None) -> Stored:
     """Store one result under the candidate's row lock, unless it is refused; a kernel faster
     than the roofline allows is stored held (``service.plausibility``)."""
+    shared = shared if shared is not None else Shared()
     cand = cands.get_candidate(s, candidate_id, lock=True)
-    job = jobs.get_job(s, cand.job_id) if cand is not None else None
+    job = shared.job(s, cand.job_id) if cand is not None else None
     if cand is None or job is None:
         return Stored(cand, job, "unknown candidate")
     reason = _rejection(cand, worker.id, lease_id)
@@ -68,13 +93,14 @@ def store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
         measurement = Policy.from_dict(job.policy).judge(measurement, precision)
     if (stored is not None and stored.status == Status.HELD and reason is None
             and stored.worker_id != worker.id):
-        return _recheck(s, cand, job, worker, stored, measurement, now)
+        return _recheck(s, cand, job, worker, stored, measurement, now, shared.touch)
     if stored is not None:
         return Stored(cand, job, DUPLICATE.format(id=candidate_id), stored)
     held = None
     if cand.backend is not None:
-        held = plausibility.why_held(s, job, worker.gpu_model, measurement, precision,
-                                     implausible_below)
+        held = plausibility.why_held(job, worker.gpu_model, measurement, precision,
+                                     implausible_below,
+                                     shared.calibration(s, worker.gpu_model))
         if held is not None:
             log.warning("candidate %s of job %s from worker %s %s", cand.id, job.id,
                         worker.id, held)
@@ -83,18 +109,20 @@ def store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
                                  precision)
     if cand.task == Task.CALIBRATE.value and measurement.ok:
         record_calibration(s, cand, measurement, worker.gpu_model, worker.id, now)
+        shared.calibrations.pop(worker.gpu_model, None)
     if held is not None and cand.status == CandidateStatus.LEASED:
         cands.requeue_for_recheck(s, cand.id)
     elif cand.status == CandidateStatus.LEASED:
         failure = None if measurement.ok else _failure(measurement)
         cands.finish_candidate(s, cand.id, CandidateStatus.DONE if measurement.ok
                                else CandidateStatus.FAILED, failure)
-    workers.touch(s, worker.id, now)
+    if shared.touch:
+        workers.touch(s, worker.id, now)
     return Stored(cand, job, None, measurement=measurement)
 
 
 def _recheck(s: Session, cand: CandidateRecord, job: JobRecord, worker: WorkerRecord,
-             held: MeasurementRecord, again: Measurement, now: datetime) -> Stored:
+             held: MeasurementRecord, again: Measurement, now: datetime, touch: bool) -> Stored:
     """Another worker's re-measurement of a held result: within tolerance it releases the held
     result (status ok), otherwise the result stays held with the reason; the candidate is
     done either way, and the re-measurement is kept in the held result's ``extra``."""
@@ -108,7 +136,8 @@ def _recheck(s: Session, cand: CandidateRecord, job: JobRecord, worker: WorkerRe
                 "confirmed" if confirmed else "not confirmed", worker.id)
     cands.finish_candidate(s, cand.id, CandidateStatus.DONE if confirmed
                            else CandidateStatus.FAILED, None if confirmed else settled.error)
-    workers.touch(s, worker.id, now)
+    if touch:
+        workers.touch(s, worker.id, now)
     return Stored(cand, job, None, measurement=settled.to_measurement())
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path
 
 from search.types import Device, Measurement
-from service.auth import WorkerAuth, WorkerSecretAuth, worker_secret_header
+from service.auth import WorkerAuth, WorkerCheck, WorkerSecretAuth, worker_secret_header
 from service.deps import FlowDep
 from service.responses import WORKER, answers
 from service.schemas import (
@@ -38,10 +38,11 @@ def register(body: RegisterIn, flow: FlowDep,
     return RegisterOut(worker_id=worker.id, gpu_model=worker.gpu_model, worker_secret=issued)
 
 
-@router.post("/{worker_id}/lease", response_model=LeaseOut, dependencies=[WorkerSecretAuth],
-             responses=answers(*WORKER))
-def lease(worker_id: WorkerId, flow: FlowDep, body: LeaseIn | None = None) -> LeaseOut:
-    grant = flow.lease(worker_id, (body or LeaseIn()).max_candidates)
+@router.post("/{worker_id}/lease", response_model=LeaseOut, responses=answers(*WORKER))
+def lease(worker_id: WorkerId, flow: FlowDep, check: WorkerCheck,
+          body: LeaseIn | None = None) -> LeaseOut:
+    """Lease up to ``max_candidates`` of the queued work this worker's GPU model can run."""
+    grant = flow.lease(worker_id, (body or LeaseIn()).max_candidates, check)
     return LeaseOut(lease_id=grant.lease_id, expires_at=grant.expires_at,
                     lease_seconds=grant.lease_seconds,
                     candidates=[c.to_dict() | {"attempts": a}
@@ -54,11 +55,11 @@ def renew(worker_id: WorkerId, lease_id: LeaseId, flow: FlowDep) -> RenewOut:
     return RenewOut(lease_id=lease_id, expires_at=flow.renew(worker_id, lease_id))
 
 
-@router.post("/{worker_id}/report", response_model=ReportOut, dependencies=[WorkerSecretAuth],
-             responses=answers(*WORKER))
-def report(worker_id: WorkerId, body: ReportIn, flow: FlowDep) -> ReportOut:
+@router.post("/{worker_id}/report", response_model=ReportOut, responses=answers(*WORKER))
+def report(worker_id: WorkerId, body: ReportIn, flow: FlowDep, check: WorkerCheck) -> ReportOut:
+    """Report the results of a lease: each stored once, or refused with the reason."""
     results = [(r.candidate_id, Measurement.from_dict(r.measurement.model_dump()))
                for r in body.results]
-    outcome = flow.report(worker_id, body.lease_id, results)
+    outcome = flow.report(worker_id, body.lease_id, results, check)
     return ReportOut(accepted=outcome.accepted,
                      rejected=[RejectedOut(candidate_id=c, reason=r) for c, r in outcome.rejected])

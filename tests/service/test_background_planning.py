@@ -227,3 +227,15 @@ def test_a_report_is_stored_whole_and_its_repeat_refused(
         stored = measurements.of_candidates(s, ids)
     assert sorted(stored) == ids and {m.median_us for m in stored.values()} == {
         20.0 + i for i in ids}  # each stored once, the first report's values
+
+
+def test_a_lease_binds_the_oldest_job_it_can_run_past_the_first_page(
+        app: FastAPI, driver: Any) -> None:
+    """The lease reads the unbound jobs a few at a time: jobs the worker cannot run (no
+    backend in common) are passed over, also beyond the first page read."""
+    foreign = [driver.submit({"max_trials": 4}, backends=["cutlass"]) for _ in range(6)]
+    mine = driver.submit({"max_trials": 4})
+    w = driver.register()
+    assert driver.lease(w)["candidates"] == []  # binds and marks; planned later
+    assert driver.job(mine["id"])["status"] == "running" and _due(app, mine["id"])
+    assert {driver.job(j["id"])["status"] for j in foreign} == {"queued"}

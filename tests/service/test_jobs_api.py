@@ -25,6 +25,18 @@ def test_create_job_dedups_problem(client: TestClient, driver: Any) -> None:
     assert driver.job(a["id"])["problem_key"] == a["problem_key"]
 
 
+def test_a_submitted_jobs_answer_is_its_view(client: TestClient, driver: Any) -> None:
+    """POST /v1/jobs answers with the new job as GET /v1/jobs/{id} shows it (built from the
+    submission's transaction, not read back): waiting for a worker, then not."""
+    lonely = driver.submit({"max_trials": 4})
+    assert lonely["waiting"] and "no worker" in lonely["waiting"]
+    assert lonely == driver.job(lonely["id"])
+    driver.register("w-view")
+    seen = driver.submit({"max_trials": 4}, problem=dict(driver.PROBLEM, m=1024))
+    assert seen["waiting"] is None and seen["problem_id"] != lonely["problem_id"]
+    assert seen == driver.job(seen["id"])
+
+
 def test_unknown_ids_are_404(client: TestClient) -> None:
     for method, path in (("GET", "/v1/jobs/999"), ("POST", "/v1/jobs/999/cancel"),
                          ("GET", "/v1/problems/999/trials"),

@@ -7,14 +7,17 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from search.types import Device
 from service.client import KernelSearchClient, KernelSearchError
+from service.planner import Planner
 from service.settings import ServiceSettings
 from workers.identity import SecretFile
 from workers.loop import WorkerLoop
 
+PROBLEM = {"kind": "gemm", "m": 512, "n": 512, "k": 512, "dtype": "fp16"}
 DEVICE = {"gpu_model": "NVIDIA H100 80GB HBM3", "mode": "cuda", "backends": ["cublas"]}
 
 
@@ -42,9 +45,13 @@ def test_a_name_is_taken_over_only_with_its_secret(app: Any) -> None:
                                 "worker_secret": None}
 
 
-def test_a_workers_id_is_used_only_with_its_secret(app: Any, driver: Any) -> None:
-    driver.submit({"max_trials": 4})
+@pytest.mark.parametrize("planning", ["inline", "background"])
+def test_a_workers_id_is_used_only_with_its_secret(make_app: Any, database_url: str,
+                                                   planning: str) -> None:
+    app = make_app(ServiceSettings(database_url=database_url, planning=planning))
     with TestClient(app) as http:
+        assert http.post("/v1/jobs", json={"problem": PROBLEM, "policy": {"force_custom": True},
+                                           "backends": ["cublas"]}).status_code == 201
         r = register(http, "w1")
         worker, secret = r.json()["worker_id"], r.json()["worker_secret"]
         calls = [("lease", {"max_candidates": 1}), ("leases/abc/renew", None),
@@ -57,6 +64,11 @@ def test_a_workers_id_is_used_only_with_its_secret(app: Any, driver: Any) -> Non
         good = {"X-Worker-Secret": secret}
         lease = http.post(f"/v1/workers/{worker}/lease", json={"max_candidates": 1},
                           headers=good)
+        if planning == "background":  # the first lease binds the job; the planner plans it
+            assert lease.status_code == 200 and not lease.json()["candidates"]
+            Planner(app.state.flow).drain()
+            lease = http.post(f"/v1/workers/{worker}/lease", json={"max_candidates": 1},
+                              headers=good)
         assert lease.status_code == 200 and lease.json()["candidates"]
         lease_id = lease.json()["lease_id"]
         assert http.post(f"/v1/workers/{worker}/leases/{lease_id}/renew",
