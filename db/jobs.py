@@ -208,16 +208,20 @@ def running_with_deadline(session: Session) -> list[JobRecord]:
     return [JobRecord.of(j, p) for j, p in rows]
 
 
-def unbound_jobs(session: Session, gpu_model: str, *, after: int = 0, limit: int = 32
-                 ) -> list[JobRecord]:
+def unbound_jobs(session: Session, gpu_model: str, *, after: int = 0, limit: int = 32,
+                 lock: bool = False) -> list[JobRecord]:
     """Queued jobs no worker has bound yet that a worker of ``gpu_model`` may start, oldest
-    first, after job ``after``."""
-    rows = session.execute(
-        select(JobRow, ProblemRow).join(ProblemRow, ProblemRow.id == JobRow.problem_id)
-        .where(JobRow.status == JobStatus.QUEUED.value, JobRow.bound_gpu.is_(None),
-               JobRow.id > after,
-               or_(JobRow.target_gpu.is_(None), JobRow.target_gpu == gpu_model))
-        .order_by(JobRow.id).limit(limit)).all()
+    first, after job ``after``. ``lock``: row-locked, passing over the rows another
+    transaction holds (``SKIP LOCKED``), so that leases binding jobs at once each take
+    another job instead of queueing on the oldest one's lock."""
+    stmt = (select(JobRow, ProblemRow).join(ProblemRow, ProblemRow.id == JobRow.problem_id)
+            .where(JobRow.status == JobStatus.QUEUED.value, JobRow.bound_gpu.is_(None),
+                   JobRow.id > after,
+                   or_(JobRow.target_gpu.is_(None), JobRow.target_gpu == gpu_model))
+            .order_by(JobRow.id).limit(limit))
+    if lock:
+        stmt = stmt.with_for_update(of=JobRow, skip_locked=True)
+    rows = session.execute(stmt).all()
     return [JobRecord.of(j, p) for j, p in rows]
 
 

@@ -264,7 +264,8 @@ class Flow:
             device = Device.from_dict(worker.device)
             expired = cands.expire_stale(s, now, self.settings.max_attempts)
             jobs.mark_due(s, [e.candidate.job_id for e in expired])
-            workers.touch(s, worker_id, now)
+            if _stale(worker, now):
+                workers.touch(s, worker_id, now)
             got = cands.lease_pending_of_model(s, worker.gpu_model, device.backends,
                                                max_candidates, lease_id, worker_id, expires)
             if got:
@@ -283,7 +284,7 @@ class Flow:
         the planner (in the lease's transaction)."""
         after, size = 0, _FIRST_PAGE  # the oldest usually fits: read a few jobs first
         while True:
-            page = jobs.unbound_jobs(s, device.gpu_model, after=after, limit=size)
+            page = jobs.unbound_jobs(s, device.gpu_model, after=after, limit=size, lock=True)
             for job in page:
                 if not self._fits(job, device):
                     continue
@@ -376,8 +377,8 @@ class Flow:
                 else:
                     accepted.append(candidate_id)
             jobs.mark_due(s, sorted(marked))
-            if accepted:
-                workers.touch(s, worker_id, self.clock())
+            if accepted and _stale(worker, now := self.clock()):
+                workers.touch(s, worker_id, now)
         return ReportOutcome(accepted, rejected)
 
     def _tell(self, job: JobRecord, cand: CandidateRecord, measurement: Measurement,
@@ -497,6 +498,17 @@ class Flow:
 
 #: A check of the worker a call acts as (``service.auth.worker_check``: its secret).
 CheckWorker = Callable[[WorkerRecord], None]
+
+
+#: Seconds between two writes of a worker's ``last_seen`` by background leases and reports
+#: (a worker polls every second or so; who waits for it reads ``last_seen`` against
+#: ``lease_seconds``, minutes).
+SEEN_EVERY_S = 5.0
+
+
+def _stale(worker: WorkerRecord, now: datetime) -> bool:
+    """Whether the worker's ``last_seen`` is worth writing again."""
+    return worker.last_seen is None or (now - worker.last_seen).total_seconds() >= SEEN_EVERY_S
 
 
 def _known_worker(s: Session, worker_id: int, check: CheckWorker | None) -> WorkerRecord:

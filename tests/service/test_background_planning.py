@@ -6,6 +6,7 @@ whether the planner was running it; measurements are FAKE dicts from the driver.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -239,3 +240,25 @@ def test_a_lease_binds_the_oldest_job_it_can_run_past_the_first_page(
     assert driver.lease(w)["candidates"] == []  # binds and marks; planned later
     assert driver.job(mine["id"])["status"] == "running" and _due(app, mine["id"])
     assert {driver.job(j["id"])["status"] for j in foreign} == {"queued"}
+
+
+def test_a_lease_passes_over_a_job_another_lease_is_binding(
+        app: FastAPI, driver: Any, database_url: str) -> None:
+    """Leases bind jobs side by side: a job row another transaction holds (a lease binding it)
+    is passed over, not waited for (Postgres; SQLite runs one writer at a time)."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("row locks are Postgres's; SQLite serialises writers")
+    first = driver.submit({"max_trials": 4})
+    second = driver.submit({"max_trials": 4}, problem=dict(driver.PROBLEM, m=1024))
+    w = driver.register()
+    flow = app.state.flow
+    with flow.db.session() as holder:  # another lease in the middle of binding the oldest
+        held = jobs.unbound_jobs(holder, driver.GPU, limit=1, lock=True)
+        assert [j.id for j in held] == [first["id"]]
+        done = threading.Event()
+        thread = threading.Thread(target=lambda: (flow.lease(w, 4), done.set()))
+        thread.start()
+        assert done.wait(10), "the lease waited for the held job's row lock"
+        thread.join()
+    assert driver.job(second["id"])["status"] == "running"
+    assert driver.job(first["id"])["status"] == "queued"
