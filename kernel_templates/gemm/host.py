@@ -9,7 +9,8 @@ import torch
 
 from kernel_templates.errors import Unsupported
 
-__all__ = ["DTYPES", "cached_buffer", "cc_major", "check_operands", "sm_count", "tma_describe"]
+__all__ = ["DTYPES", "cached_buffer", "cc_major", "check_operands", "next_epoch", "sm_count",
+           "tma_describe"]
 
 #: Input dtypes the Triton templates serve (fp8 is left for a later version).
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -55,6 +56,20 @@ def cached_buffer(cache_: dict[torch.device, torch.Tensor], device: torch.device
                                                        device=device)
         cache_[device] = buf
     return buf[:numel]
+
+
+def next_epoch(epochs: dict[torch.device, int], buffers: dict[torch.device, torch.Tensor],
+               device: torch.device) -> int:
+    """The next launch number on ``device`` of a kernel whose zeroed buffer in ``buffers``
+    (``cached_buffer``) holds words tagged with the launch that wrote them: 1, 2, ... After
+    2**31 - 2 launches the buffer is zeroed and the count starts again, so a word never carries
+    the current number before this launch writes it."""
+    epoch = epochs.get(device, 0) + 1
+    if epoch >= 2**31 - 1:
+        buffers[device].zero_()
+        epoch = 1
+    epochs[device] = epoch
+    return epoch
 
 
 def check_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None,

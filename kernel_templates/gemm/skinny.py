@@ -94,6 +94,7 @@ from kernel_templates.gemm.host import (
     cached_buffer,
     cc_major,
     check_operands,
+    next_epoch,
     sm_count,
     tma_describe,
 )
@@ -132,6 +133,19 @@ _EPOCH: dict[torch.device, int] = {}
 
 
 @triton.jit
+def _store_share(c_ptr, total, tile, local, mine, M, N, stride_cm, stride_cn,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TILES_N: tl.constexpr):
+    # A share's sums into C: ``local`` their offsets in tile ``tile`` (row-major BLOCK_M x
+    # BLOCK_N), ``mine`` the lanes that hold one; only C's in-bounds elements are stored.
+    pid_m = tile // TILES_N
+    pid_n = tile % TILES_N
+    offs_m = pid_m * BLOCK_M + local // BLOCK_N
+    offs_n = pid_n * BLOCK_N + local % BLOCK_N
+    tl.store(c_ptr + offs_m * stride_cm + offs_n * stride_cn,
+             total.to(c_ptr.dtype.element_ty), mask=mine & (offs_m < M) & (offs_n < N))
+
+
+@triton.jit
 def _reduce_share(ws_ptr, c_ptr, tile, share, TILES, M, N, stride_cm, stride_cn, ok,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
                   TILES_N: tl.constexpr, CHUNK: tl.constexpr, SHARE: tl.constexpr,
@@ -154,12 +168,8 @@ def _reduce_share(ws_ptr, c_ptr, tile, share, TILES, M, N, stride_cm, stride_cn,
                        cache_modifier=".cg")
         total += tl.sum(part, axis=0)
     total = tl.where(ok, total, float("nan"))
-    pid_m = tile // TILES_N
-    pid_n = tile % TILES_N
-    offs_m = pid_m * BLOCK_M + local // BLOCK_N
-    offs_n = pid_n * BLOCK_N + local % BLOCK_N
-    tl.store(c_ptr + offs_m * stride_cm + offs_n * stride_cn,
-             total.to(c_ptr.dtype.element_ty), mask=mine & (offs_m < M) & (offs_n < N))
+    _store_share(c_ptr, total, tile, local, mine, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N,
+                 TILES_N)
 
 
 @triton.jit
@@ -185,7 +195,7 @@ def _tagged_missing(words, mask, EPOCH):
 
 
 @triton.jit
-def _sum_tagged(base, local, mine, TILES, EPOCH, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _sum_tagged(base, mine, TILES, EPOCH, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 SPLIT_K: tl.constexpr, CHUNK: tl.constexpr, SHARE_BLOCK: tl.constexpr):
     # The share's sum over the SPLIT_K tagged partials, CHUNK at a time in a fixed order (every
     # chunk's loads issued before any is checked), and how many words were not this launch's.
@@ -227,19 +237,15 @@ def _reduce_tagged(ws_ptr, c_ptr, tile, share, TILES, M, N, stride_cm, stride_cn
     local = share * SHARE + lanes
     mine = (lanes < SHARE) & (local < TILE)
     base = ws_ptr + tile.to(tl.int64) * TILE + local[None, :]
-    total, missing = _sum_tagged(base, local, mine, TILES, EPOCH, BLOCK_M, BLOCK_N, SPLIT_K,
+    total, missing = _sum_tagged(base, mine, TILES, EPOCH, BLOCK_M, BLOCK_N, SPLIT_K,
                                  CHUNK, SHARE_BLOCK)
     while (missing > 0) & (spins < SPIN):
-        total, missing = _sum_tagged(base, local, mine, TILES, EPOCH, BLOCK_M, BLOCK_N, SPLIT_K,
+        total, missing = _sum_tagged(base, mine, TILES, EPOCH, BLOCK_M, BLOCK_N, SPLIT_K,
                                      CHUNK, SHARE_BLOCK)
         spins += 1
     total = tl.where(spins < SPIN, total, float("nan"))
-    pid_m = tile // TILES_N
-    pid_n = tile % TILES_N
-    offs_m = pid_m * BLOCK_M + local // BLOCK_N
-    offs_n = pid_n * BLOCK_N + local % BLOCK_N
-    tl.store(c_ptr + offs_m * stride_cm + offs_n * stride_cn,
-             total.to(c_ptr.dtype.element_ty), mask=mine & (offs_m < M) & (offs_n < N))
+    _store_share(c_ptr, total, tile, local, mine, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N,
+                 TILES_N)
 
 
 @triton.jit
@@ -438,16 +444,6 @@ def _buffer(cache_: dict[torch.device, torch.Tensor], device: torch.device, nume
     return cached_buffer(cache_, device, numel, dtype, zeroed, least=1 << 16)
 
 
-def _next_epoch(device: torch.device) -> int:
-    """The tagged mode's launch number on ``device``: 1, 2, ... (after 2**31 - 2 launches the
-    workspace is zeroed and the count starts again)."""
-    epoch = _EPOCH.get(device, 0) + 1
-    if epoch >= 2**31 - 1:
-        _TAGGED[device].zero_()
-        epoch = 1
-    _EPOCH[device] = epoch
-    return epoch
-
 
 def check_skinny_config(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` normalised (ints, ``MODE`` and ``TMA`` filled in), or ``InvalidConfig``."""
@@ -520,7 +516,7 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         ws = _buffer(_ACCUM, a.device, tiles * tile, torch.float32, zeroed=True)
         cnt = _buffer(_COUNTERS, a.device, tiles, torch.int32, zeroed=True)
     elif mode == "tagged":
-        # zeroed once: no word carries an epoch before a launch writes it (_next_epoch)
+        # zeroed once: no word carries an epoch before a launch writes it (next_epoch)
         ws = _buffer(_TAGGED, a.device, split_k * tiles * tile, torch.int64, zeroed=True)
         cnt = ws
     elif split_k > 1:
@@ -529,7 +525,7 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     else:
         ws = cnt = out
     mode_id = _MODE_ID[mode]
-    epoch = _next_epoch(a.device) if mode == "tagged" else 0
+    epoch = next_epoch(_EPOCH, _TAGGED, a.device) if mode == "tagged" else 0
     descs = None
     # The atomic mode lost partial sums with TMA loads on an H100 (16x4096x4096, 16x128x128 sk4:
     # 28 of 200 calls wrong, with or without fences; pointer loads 0 of 200): pointer loads only.

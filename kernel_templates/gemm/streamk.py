@@ -69,6 +69,7 @@ from kernel_templates.gemm.host import (
     cached_buffer,
     cc_major,
     check_operands,
+    next_epoch,
     sm_count,
     tma_describe,
 )
@@ -281,16 +282,6 @@ def _descriptors(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]):
     return da[0], db[0], da[1], db[1]
 
 
-def _next_epoch(device: torch.device) -> int:
-    """This launch's flag value on ``device``: 1, 2, ... (after 2**31 - 2 launches the flags
-    are zeroed and the count starts again)."""
-    epoch = _EPOCH.get(device, 0) + 1
-    if epoch >= 2**31 - 1:
-        _FLAGS[device].zero_()
-        epoch = 1
-    _EPOCH[device] = epoch
-    return epoch
-
 
 def matmul_streamk(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
                    out: torch.Tensor | None = None, programs: int | None = None
@@ -314,7 +305,7 @@ def matmul_streamk(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     ws = cached_buffer(_WORKSPACE, a.device, g * bm * bn, torch.float32, zeroed=False,
                        least=1 << 20)
     flags = cached_buffer(_FLAGS, a.device, g, torch.int32, zeroed=True, least=1024)
-    epoch = _next_epoch(a.device)
+    epoch = next_epoch(_EPOCH, _FLAGS, a.device)
     descs = _descriptors(a, b, cfg)
     if cfg["LOADS"] == "tma" and descs is None:
         raise Unsupported("LOADS='tma', but these operands cannot be described for TMA")

@@ -57,6 +57,30 @@ def record(shape: str, name: str, sets, make, check: bool = True, refs=None) -> 
     print(json.dumps(row), flush=True)
 
 
+def _cublas(s):
+    return lambda: torch.matmul(s.a, s.b, out=s.out)
+
+
+def _shape(p: GemmProblem, seed: int, n_sets: int = 2):
+    """``(label, input sets, references)`` of ``p``, and cuBLAS's row for it."""
+    sh = f"{p.m}x{p.n}x{p.k}"
+    sets = [make_inputs(p, "cuda", seed=seed + i) for i in range(n_sets)]
+    refs = [reference_for(s) for s in sets]
+    record(sh, "cublas", sets, _cublas, refs=refs)
+    return sh, sets, refs
+
+
+def _cfg(bm, bn, bk, sk, w, st, mode, tma) -> dict:
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w, num_stages=st,
+                MODE=mode, TMA=tma)
+
+
+def _skinny(sh, name, sets, refs, cfg, check: bool = True) -> None:
+    record(sh, name, sets,
+           lambda s: (lambda: skinny.matmul_skinny(s.a, s.b, cfg, out=s.out)),
+           check=check, refs=refs)
+
+
 def cublas_inner(a_in, b_in, c):
     return lambda: torch.matmul(a_in, b_in, out=c)
 
@@ -68,10 +92,7 @@ def tiled_inner(cfg):
 # -- 511x1024x4097 ------------------------------------------------------------------------------
 def unaligned() -> None:
     p = GemmProblem(511, 1024, 4097)
-    sh = "511x1024x4097"
-    sets = [make_inputs(p, "cuda", seed=100 + i) for i in range(4)]
-    refs = [reference_for(s) for s in sets]
-    record(sh, "cublas", sets, lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out)), refs=refs)
+    sh, sets, refs = _shape(p, 100, n_sets=4)
     for b_layout, padded in (("row", True), ("kmajor", True), ("keep", False)):
         plan = RepairPlan.of(p, b_layout, padded)
         record(sh, f"repaired {'padded' if padded else 'views'} {b_layout}", sets,
@@ -85,8 +106,7 @@ def unaligned() -> None:
                check=False)
     pa = GemmProblem(511, 1024, 4096)
     asets = [make_inputs(pa, "cuda", seed=200 + i) for i in range(4)]
-    record("511x1024x4096", "cublas aligned", asets,
-           lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out)),
+    record("511x1024x4096", "cublas aligned", asets, _cublas,
            refs=[reference_for(s) for s in asets])
 
     k_al = 4096
@@ -158,17 +178,13 @@ def long_k() -> None:
     nothing = torch.empty(1, device="cuda")
     record("-", "empty kernel", [None], lambda s: (lambda: nothing.add_(1.0)), check=False)
     for p in (GemmProblem(128, 128, 262144), GemmProblem(32, 512, 98304)):
-        sh = f"{p.m}x{p.n}x{p.k}"
-        sets = [make_inputs(p, "cuda", seed=300 + i) for i in range(2)]
-        refs = [reference_for(s) for s in sets]
+        sh, sets, refs = _shape(p, 300)
         numel = p.m * p.k + p.k * p.n
         flats = [torch.randn(numel, device="cuda").to(torch.bfloat16) for _ in range(2)]
         for grid_per_sm, block in ((2, 4096), (4, 4096), (8, 2048), (1, 8192)):
             record(sh, f"read ceiling grid {grid_per_sm}/SM block {block}", flats,
                    lambda x, g=grid_per_sm, b=block: (lambda: _read_kernel[(132 * g,)](
                        x, sink, x.numel(), BLOCK=b, num_warps=8)), check=False)
-        record(sh, "cublas", sets, lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out)),
-               refs=refs)
         cfgs = [dict(c) for c in skinny_space.seeds(p, 132)]
         extra = []
         if p.m == 128:
@@ -186,22 +202,19 @@ def long_k() -> None:
                                           (32, 64, 128, 16, 4, 4), (32, 256, 64, 66, 4, 6),
                                           (32, 128, 256, 33, 4, 3)):
                 extra.append((bm, bn, bk, sk, w, st))
-        for bm, bn, bk, sk, w, st in extra:
+        for shape in extra:
             for tma in (0, 1):
-                cfgs.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w,
-                                 num_stages=st, MODE="barrier", TMA=tma))
+                cfgs.append(_cfg(*shape, "barrier", tma))
         seen = []
         for cfg in cfgs:
             if cfg in seen:
                 continue
             seen.append(cfg)
-            record(sh, f"skinny {cfg}", sets,
-                   lambda s, cfg=cfg: (lambda: skinny.matmul_skinny(s.a, s.b, cfg, out=s.out)),
-                   refs=refs)
+            _skinny(sh, f"skinny {cfg}", sets, refs, cfg)
 
 
 def long_k2() -> None:
-    """The barrier's poll (atomics or acquire loads) and 2-3 programs per SM."""
+    """The barrier with 2-3 programs per SM (the grid's residency limit raised)."""
     real_sms = skinny._sm_count
     for p, base in ((GemmProblem(128, 128, 262144),
                      [(64, 64, 128, 33, 4, 5, 1), (64, 64, 128, 33, 4, 4, 1),
@@ -213,24 +226,13 @@ def long_k2() -> None:
                       (32, 64, 128, 33, 4, 4, 2), (32, 64, 64, 33, 4, 8, 2),
                       (32, 64, 256, 33, 4, 2, 2), (32, 64, 64, 49, 4, 5, 3),
                       (32, 128, 128, 33, 4, 4, 1), (32, 128, 128, 66, 4, 3, 2)])):
-        sh = f"{p.m}x{p.n}x{p.k}"
-        sets = [make_inputs(p, "cuda", seed=400 + i) for i in range(2)]
-        refs = [reference_for(s) for s in sets]
-        record(sh, "cublas", sets, lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out)),
-               refs=refs)
-        for bm, bn, bk, sk, w, st, per_sm in base:
-            for poll in ((False, True) if per_sm == 1 else (True,)):
-                for tma in (0, 1):
-                    cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w,
-                               num_stages=st, MODE="barrier", TMA=tma)
-                    skinny.POLL_LOADS = poll
-                    skinny._sm_count = lambda d, n=per_sm: n * real_sms(d)
-                    record(sh, f"skinny poll={int(poll)} per_sm={per_sm} {cfg}", sets,
-                           lambda s, cfg=cfg: (lambda: skinny.matmul_skinny(s.a, s.b, cfg,
-                                                                              out=s.out)),
-                           refs=refs)
+        sh, sets, refs = _shape(p, 400)
+        for *shape, per_sm in base:
+            for tma in (0, 1):
+                cfg = _cfg(*shape, "barrier", tma)
+                skinny._sm_count = lambda d, n=per_sm: n * real_sms(d)
+                _skinny(sh, f"skinny per_sm={per_sm} {cfg}", sets, refs, cfg)
         skinny._sm_count = real_sms
-        skinny.POLL_LOADS = True
 
 
 class _NoLaunch:
@@ -251,30 +253,18 @@ def long_k3() -> None:
                          (32, 128, 128, 33, 4, 5, 1)]}
     for (m, n), cfgs in cases.items():
         for k in ((262144, 524288) if m == 128 else (98304, 196608)):
-            p = GemmProblem(m, n, k)
-            sh = f"{m}x{n}x{k}"
-            sets = [make_inputs(p, "cuda", seed=500 + i) for i in range(2)]
-            refs = [reference_for(s) for s in sets]
+            sh, sets, refs = _shape(GemmProblem(m, n, k), 500)
             flats = [torch.randn(m * k + k * n, device="cuda").to(torch.bfloat16)
                      for _ in range(2)]
             record(sh, "read ceiling grid 8/SM block 2048", flats,
                    lambda x: (lambda: _read_kernel[(132 * 8,)](x, sink, x.numel(), BLOCK=2048,
                                                               num_warps=8)), check=False)
-            record(sh, "cublas", sets, lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out)),
-                   refs=refs)
-            for bm, bn, bk, sk, w, st, tma in cfgs:
-                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w,
-                           num_stages=st, MODE="barrier", TMA=tma)
-                record(sh, f"skinny {cfg}", sets,
-                       lambda s, cfg=cfg: (lambda: skinny.matmul_skinny(s.a, s.b, cfg,
-                                                                         out=s.out)),
-                       refs=refs)
+            for *shape, tma in cfgs:
+                cfg = _cfg(*shape, "barrier", tma)
+                _skinny(sh, f"skinny {cfg}", sets, refs, cfg)
                 two = {**cfg, "MODE": "two_launch"}
                 skinny._reduce_kernel = _NoLaunch()
-                record(sh, f"stream only {two}", sets,
-                       lambda s, cfg=two: (lambda: skinny.matmul_skinny(s.a, s.b, cfg,
-                                                                         out=s.out)),
-                       check=False)
+                _skinny(sh, f"stream only {two}", sets, refs, two, check=False)
                 skinny._reduce_kernel = reduce_kernel
 
 
@@ -287,21 +277,12 @@ def long_k4() -> None:
                                 (32, 64, 128, 16, 2, 4, 1), (32, 128, 64, 33, 4, 6, 0),
                                 (32, 64, 128, 16, 4, 5, 0)]}
     for (m, n, k), cfgs in cases.items():
-        p = GemmProblem(m, n, k)
-        sh = f"{m}x{n}x{k}"
-        sets = [make_inputs(p, "cuda", seed=600 + i) for i in range(2)]
-        refs = [reference_for(s) for s in sets]
-        record(sh, "cublas", sets, lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out)),
-               refs=refs)
+        sh, sets, refs = _shape(GemmProblem(m, n, k), 600)
         for bm, bn, bk, sk, w, st, tma in cfgs:
             outs = {}
             for mode in ("tagged", "barrier", "two_launch"):
-                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w,
-                           num_stages=st, MODE=mode, TMA=tma)
-                record(sh, f"skinny {cfg}", sets,
-                       lambda s, cfg=cfg: (lambda: skinny.matmul_skinny(s.a, s.b, cfg,
-                                                                         out=s.out)),
-                       refs=refs)
+                cfg = _cfg(bm, bn, bk, sk, w, st, mode, tma)
+                _skinny(sh, f"skinny {cfg}", sets, refs, cfg)
                 s0 = sets[0]
                 s0.out.fill_(float("nan"))
                 skinny.matmul_skinny(s0.a, s0.b, cfg, out=s0.out)
@@ -324,20 +305,11 @@ def long_k5() -> None:
                                 (32, 64, 64, 16, 2, 8, 1), (32, 64, 128, 16, 4, 4, 1)],
              (128, 128, 262144): [(64, 64, 128, 33, 4, 5, 1), (64, 64, 128, 33, 4, 4, 0)]}
     for (m, n, k), cfgs in cases.items():
-        p = GemmProblem(m, n, k)
-        sh = f"{m}x{n}x{k}"
-        sets = [make_inputs(p, "cuda", seed=700 + i) for i in range(2)]
-        refs = [reference_for(s) for s in sets]
-        record(sh, "cublas", sets, lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out)),
-               refs=refs)
-        for bm, bn, bk, sk, w, st, tma in cfgs:
+        sh, sets, refs = _shape(GemmProblem(m, n, k), 700)
+        for *shape, tma in cfgs:
             for mode in ("tagged", "barrier"):
-                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w,
-                           num_stages=st, MODE=mode, TMA=tma)
-                record(sh, f"skinny {cfg}", sets,
-                       lambda s, cfg=cfg: (lambda: skinny.matmul_skinny(s.a, s.b, cfg,
-                                                                         out=s.out)),
-                       refs=refs)
+                cfg = _cfg(*shape, mode, tma)
+                _skinny(sh, f"skinny {cfg}", sets, refs, cfg)
 
 
 if __name__ == "__main__":
