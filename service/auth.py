@@ -29,7 +29,7 @@ from db.records import WorkerRecord
 from service.deps import FlowDep, SettingsDep
 from service.errors import Forbidden, Unauthorized
 from service.settings import ServiceSettings
-from service.tokens import UserToken, digest, match
+from service.tokens import UserToken, digest, match, same_secret
 
 __all__ = ["Caller", "ReadAuth", "UserDep", "WorkerAuth", "WorkerCheck", "WorkerSecretAuth",
            "may_act_on", "warn_if_open", "worker_check", "worker_secret_header"]
@@ -102,7 +102,7 @@ async def require_worker_token(settings: SettingsDep, creds: Annotated[
 WorkerAuth = Depends(require_worker_token)
 
 
-def requireworker_secret_header(flow: FlowDep,
+def require_worker_secret(flow: FlowDep,
                           worker_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
                           secret: Annotated[str | None, Depends(worker_secret_header)]) -> None:
     """A registered worker's id is used only with its secret (``X-Worker-Secret``)."""
@@ -112,7 +112,7 @@ def requireworker_secret_header(flow: FlowDep,
         worker_check(secret)(worker)
 
 
-WorkerSecretAuth = Depends(requireworker_secret_header)
+WorkerSecretAuth = Depends(require_worker_secret)
 
 
 def worker_check(secret: str | None) -> Callable[[WorkerRecord], None]:
@@ -122,8 +122,7 @@ def worker_check(secret: str | None) -> Callable[[WorkerRecord], None]:
     def check(worker: WorkerRecord) -> None:
         if worker.secret_sha256 is None:
             return  # registered before secrets
-        if not secret or not hmac.compare_digest(digest(secret).encode(),
-                                                 worker.secret_sha256.encode()):
+        if not same_secret(secret, worker.secret_sha256):
             raise Forbidden(f"worker {worker.id} acts only with its own secret: send the "
                             "worker_secret its first registration returned as X-Worker-Secret")
     return check

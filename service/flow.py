@@ -8,7 +8,6 @@ one process never over-fill a job's window.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import secrets
 import uuid
@@ -39,7 +38,7 @@ from service.agent_loop import AgentLoop, time_up
 from service.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
 from service.reports import Shared, store
 from service.settings import ServiceSettings
-from service.tokens import digest
+from service.tokens import digest, same_secret
 from service.tuning import TunerPool
 
 log = logging.getLogger("kernelsearch.flow")
@@ -201,7 +200,7 @@ class Flow:
             issued = None
             if known is None or known.secret_sha256 is None:
                 issued = secrets.token_urlsafe(32)
-            elif not _same_secret(secret, known.secret_sha256):
+            elif not same_secret(secret, known.secret_sha256):
                 raise _taken(name)
             worker = workers.register(s, name, device.gpu_model, device.to_dict(), now,
                                       digest(issued) if issued else None)
@@ -264,7 +263,7 @@ class Flow:
             device = Device.from_dict(worker.device)
             expired = cands.expire_stale(s, now, self.settings.max_attempts)
             jobs.mark_due(s, [e.candidate.job_id for e in expired])
-            if _stale(worker, now):
+            if _seen_long_ago(worker, now):
                 workers.touch(s, worker_id, now)
             got = cands.lease_pending_of_model(s, worker.gpu_model, device.backends,
                                                max_candidates, lease_id, worker_id, expires)
@@ -339,8 +338,10 @@ class Flow:
         touched: set[int] = set()
         for candidate_id, measurement in results:
             with self.db.session() as s:
-                got = store(s, worker, lease_id, candidate_id, measurement, self.clock(),
-                             self.settings.implausible_below)
+                got = store(s, worker, lease_id, candidate_id, measurement, now := self.clock(),
+                            self.settings.implausible_below)
+                if got.refused is None:
+                    workers.touch(s, worker.id, now)
             if got.cand is None or got.job is None or got.refused is not None:
                 rejected.append((candidate_id, got.refused or "unknown candidate"))
                 if got.stored is not None and got.cand is not None and got.job is not None:
@@ -366,7 +367,7 @@ class Flow:
         with self.db.session() as s:
             worker = _known_worker(s, worker_id, check)
             marked: set[int] = set()
-            shared = Shared(touch=False)  # the worker is marked seen once, below
+            shared = Shared()
             for candidate_id, measurement in sorted(results, key=lambda r: r[0]):
                 got = store(s, worker, lease_id, candidate_id, measurement, self.clock(),
                             self.settings.implausible_below, shared)
@@ -377,7 +378,7 @@ class Flow:
                 else:
                     accepted.append(candidate_id)
             jobs.mark_due(s, sorted(marked))
-            if accepted and _stale(worker, now := self.clock()):
+            if accepted and _seen_long_ago(worker, now := self.clock()):
                 workers.touch(s, worker_id, now)
         return ReportOutcome(accepted, rejected)
 
@@ -506,7 +507,7 @@ CheckWorker = Callable[[WorkerRecord], None]
 SEEN_EVERY_S = 5.0
 
 
-def _stale(worker: WorkerRecord, now: datetime) -> bool:
+def _seen_long_ago(worker: WorkerRecord, now: datetime) -> bool:
     """Whether the worker's ``last_seen`` is worth writing again."""
     return worker.last_seen is None or (now - worker.last_seen).total_seconds() >= SEEN_EVERY_S
 
@@ -520,10 +521,6 @@ def _known_worker(s: Session, worker_id: int, check: CheckWorker | None) -> Work
     if check is not None:
         check(worker)
     return worker
-
-
-def _same_secret(secret: str | None, sha256: str) -> bool:
-    return bool(secret) and hmac.compare_digest(digest(secret or "").encode(), sha256.encode())
 
 
 def _taken(name: str) -> Forbidden:

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from db import calibrations, jobs, measurements, workers
+from db import calibrations, jobs, measurements
 from db import candidates as cands
 from db.records import (
     CalibrationRecord,
@@ -49,11 +49,8 @@ class Stored:
 @dataclass
 class Shared:
     """What the results of one report (one transaction) read once: their jobs and the GPU
-    model's latest calibration (forgotten when the report records a new one). ``touch``:
-    whether ``store`` marks the worker seen itself; a caller storing several results in one
-    transaction passes False and marks it once."""
+    model's latest calibration (forgotten when the report records a new one)."""
 
-    touch: bool = True
     jobs: dict[int, JobRecord | None] = field(default_factory=dict)
     calibrations: dict[str, CalibrationRecord | None] = field(default_factory=dict)
 
@@ -72,7 +69,8 @@ def store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
           measurement: Measurement, now: datetime, implausible_below: float,
           shared: Shared | None = None) -> Stored:
     """Store one result under the candidate's row lock, unless it is refused; a kernel faster
-    than the roofline allows is stored held (``service.plausibility``)."""
+    than the roofline allows is stored held (``service.plausibility``). The caller marks the
+    worker seen (``workers.touch``) for what was stored."""
     shared = shared if shared is not None else Shared()
     cand = cands.get_candidate(s, candidate_id, lock=True)
     job = shared.job(s, cand.job_id) if cand is not None else None
@@ -93,7 +91,7 @@ def store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
         measurement = Policy.from_dict(job.policy).judge(measurement, precision)
     if (stored is not None and stored.status == Status.HELD and reason is None
             and stored.worker_id != worker.id):
-        return _recheck(s, cand, job, worker, stored, measurement, now, shared.touch)
+        return _recheck(s, cand, job, worker, stored, measurement)
     if stored is not None:
         return Stored(cand, job, DUPLICATE.format(id=candidate_id), stored)
     held = None
@@ -116,13 +114,11 @@ def store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
         failure = None if measurement.ok else _failure(measurement)
         cands.finish_candidate(s, cand.id, CandidateStatus.DONE if measurement.ok
                                else CandidateStatus.FAILED, failure)
-    if shared.touch:
-        workers.touch(s, worker.id, now)
     return Stored(cand, job, None, measurement=measurement)
 
 
 def _recheck(s: Session, cand: CandidateRecord, job: JobRecord, worker: WorkerRecord,
-             held: MeasurementRecord, again: Measurement, now: datetime, touch: bool) -> Stored:
+             held: MeasurementRecord, again: Measurement) -> Stored:
     """Another worker's re-measurement of a held result: within tolerance it releases the held
     result (status ok), otherwise the result stays held with the reason; the candidate is
     done either way, and the re-measurement is kept in the held result's ``extra``."""
@@ -136,8 +132,6 @@ def _recheck(s: Session, cand: CandidateRecord, job: JobRecord, worker: WorkerRe
                 "confirmed" if confirmed else "not confirmed", worker.id)
     cands.finish_candidate(s, cand.id, CandidateStatus.DONE if confirmed
                            else CandidateStatus.FAILED, None if confirmed else settled.error)
-    if touch:
-        workers.touch(s, worker.id, now)
     return Stored(cand, job, None, measurement=settled.to_measurement())
 
 

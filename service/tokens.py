@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["MIN_TOKEN_LENGTH", "UserToken", "digest", "match", "parse_tokens"]
+__all__ = ["MIN_TOKEN_LENGTH", "UserToken", "digest", "match", "parse_tokens", "same_secret"]
 
 MIN_TOKEN_LENGTH = 16
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -60,6 +60,12 @@ def parse_tokens(value: str | Iterable[str]) -> tuple[UserToken, ...]:
             raise ValueError(f"{where}: the name {name!r} is listed twice")
         out.append(UserToken(name, digest(token), admin=len(parts) == 3))
     return tuple(out)
+
+
+def same_secret(secret: str | None, sha256: str) -> bool:
+    """Whether ``secret`` (a worker's, as presented) hashes to ``sha256``, compared in constant
+    time; a missing or empty secret never does."""
+    return bool(secret) and hmac.compare_digest(digest(secret or "").encode(), sha256.encode())
 
 
 def match(tokens: Iterable[UserToken], presented: str) -> UserToken | None:
