@@ -20,6 +20,9 @@
 #                          AGENT_MODES=agent: only the agent mode (default agent,full)
 #          QUANT=1  also run `python -m scripts.bench quant` (the fp8 quantisation alone:
 #                   two passes against panels; default: not)
+#          LOWERED=1  also run `python -m scripts.bench lowered` (bf16 computed in fp8 taken
+#                     apart: quantisation, product, whole call, row against block scales;
+#                     LOWERED_SHAPES=MxNxK,... its shapes; default: not)
 #          PRECISION_SHAPES="4096x4096x4096"  also run `python -m scripts.bench precision` on
 #                                           them (fp8 and bf16-in-fp8 side by side; default: not)
 #          CUTLASS_BUILD="docs/benchmarks/gemm_hard.json:8 docs/benchmarks/precision.json:4"
@@ -124,6 +127,14 @@ fi
 if [ -n "${QUANT:-}" ]; then
   echo "== fp8 quantisation alone: two passes against panels"
   timeout "$(left)" python3 -m scripts.bench quant --out "$out/quant.json" 2>&1 | tee "$out/quant.log"
+  rc=$(( rc | PIPESTATUS[0] ))
+  pack
+fi
+
+if [ -n "${LOWERED:-}" ]; then
+  echo "== bf16 in fp8 taken apart: quantisation, product, whole call (${LOWERED_SHAPES:-default shapes})"
+  timeout "$(left)" python3 -m scripts.bench lowered ${LOWERED_SHAPES:+--shapes "$LOWERED_SHAPES"} \
+    --out "$out/lowered.json" 2>&1 | tee "$out/lowered.log"
   rc=$(( rc | PIPESTATUS[0] ))
   pack
 fi

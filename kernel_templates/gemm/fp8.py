@@ -46,19 +46,48 @@ import triton.language as tl
 
 from kernel_templates.errors import Unsupported
 from kernel_templates.gemm.fp8_config import check_config
-from kernel_templates.gemm.fp8_quant import quantise, quantise_pair_panel, row_stride
+from kernel_templates.gemm.fp8_quant import (
+    BLOCK_ROWS,
+    GROUP,
+    group_scales,
+    quantise,
+    quantise_blocks,
+    quantise_groups,
+    quantise_pair_panel,
+    row_stride,
+)
+from kernel_templates.gemm.fp8_quant import block_scales as block_scales_of
 from kernel_templates.gemm.host import cached_buffer, cc_major, sm_count
 from kernel_templates.gemm.triton import _store_c, _tile_coords
 
 __all__ = ["OUT_DTYPES", "fp8_gemm", "lowered_matmul", "scaled_matmul"]
 
 F8 = torch.float8_e4m3fn
+#: Warps of the launch quantising B in 128 x 128 blocks (a block is 16,384 values: 64 fp32
+#: registers a thread at 8 warps).
+B_BLOCK_WARPS = 8
 #: Output dtypes the template writes.
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @triton.jit
-def _scaled(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, ROW_SCALES: tl.constexpr):
+def _partial(a, b, acc, sa_ptr, sb_ptr, kk, offs_m, off_n, M, NB,
+             BLOCK_SCALES: tl.constexpr, IMPRECISE: tl.constexpr):
+    # One K tile's product into the accumulator. Block scales (``BLOCK_K`` = the scales' group,
+    # the tile inside one of B's 128-column blocks): the tile's partial sums times A's row
+    # scales and B's block scale of this group, added to the fp32 accumulator.
+    if BLOCK_SCALES:
+        s = tl.load(sa_ptr + kk * M + offs_m, mask=offs_m < M, other=0.0)
+        s = s * tl.load(sb_ptr + kk * NB + off_n // 128)
+        return acc + tl.dot(a, b.T) * s[:, None]
+    return tl.dot(a, b.T, acc, max_num_imprecise_acc=IMPRECISE)
+
+
+@triton.jit
+def _scaled(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, ROW_SCALES: tl.constexpr,
+            BLOCK_SCALES: tl.constexpr):
+    if BLOCK_SCALES:  # applied in the main loop
+        return acc
     if ROW_SCALES:
         sa = tl.load(sa_ptr + offs_m, mask=offs_m < M, other=0.0)
         sb = tl.load(sb_ptr + offs_n, mask=offs_n < N, other=0.0)
@@ -68,22 +97,23 @@ def _scaled(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, ROW_SCALES: tl.constexpr)
 
 @triton.jit
 def _fp8_gemm_kernel(
-    a_desc, b_desc, c_ptr, c_desc, sa_ptr, sb_ptr, M, N, K, stride_cm, stride_cn,
+    a_desc, b_desc, c_ptr, c_desc, sa_ptr, sb_ptr, M, N, K, NB, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, ROW_SCALES: tl.constexpr, EVEN_MN: tl.constexpr,
-    IMPRECISE: tl.constexpr, TMA_STORE: tl.constexpr,
+    GROUP_M: tl.constexpr, ROW_SCALES: tl.constexpr, BLOCK_SCALES: tl.constexpr,
+    EVEN_MN: tl.constexpr, IMPRECISE: tl.constexpr, TMA_STORE: tl.constexpr,
 ):  # fmt: skip
     pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kk in range(0, tl.cdiv(K, BLOCK_K)):
         a = a_desc.load([off_m, kk * BLOCK_K])
         b = b_desc.load([off_n, kk * BLOCK_K])
-        acc = tl.dot(a, b.T, acc, max_num_imprecise_acc=IMPRECISE)
-    offs_m = off_m + tl.arange(0, BLOCK_M)
-    offs_n = off_n + tl.arange(0, BLOCK_N)
-    acc = _scaled(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, ROW_SCALES)
+        acc = _partial(a, b, acc, sa_ptr, sb_ptr, kk, offs_m, off_n, M, NB, BLOCK_SCALES,
+                       IMPRECISE)
+    acc = _scaled(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, ROW_SCALES, BLOCK_SCALES)
     if TMA_STORE:
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
     else:
@@ -92,10 +122,10 @@ def _fp8_gemm_kernel(
 
 @triton.jit
 def _fp8_gemm_persistent_kernel(
-    a_desc, b_desc, c_ptr, c_desc, sa_ptr, sb_ptr, M, N, K, stride_cm, stride_cn,
+    a_desc, b_desc, c_ptr, c_desc, sa_ptr, sb_ptr, M, N, K, NB, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, ROW_SCALES: tl.constexpr, EVEN_MN: tl.constexpr,
-    IMPRECISE: tl.constexpr, TMA_STORE: tl.constexpr,
+    GROUP_M: tl.constexpr, ROW_SCALES: tl.constexpr, BLOCK_SCALES: tl.constexpr,
+    EVEN_MN: tl.constexpr, IMPRECISE: tl.constexpr, TMA_STORE: tl.constexpr,
 ):  # fmt: skip
     # As ``_fp8_gemm_kernel``, but at most one program per SM (cluster), each walking the
     # output tiles tile0, tile0 + programs, ... with the tile and K loops fused into one
@@ -106,14 +136,15 @@ def _fp8_gemm_persistent_kernel(
         pid_m, pid_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kk in tl.range(0, k_tiles):
             a = a_desc.load([off_m, kk * BLOCK_K])
             b = b_desc.load([off_n, kk * BLOCK_K])
-            acc = tl.dot(a, b.T, acc, max_num_imprecise_acc=IMPRECISE)
-        offs_m = off_m + tl.arange(0, BLOCK_M)
-        offs_n = off_n + tl.arange(0, BLOCK_N)
-        acc = _scaled(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, ROW_SCALES)
+            acc = _partial(a, b, acc, sa_ptr, sb_ptr, kk, offs_m, off_n, M, NB, BLOCK_SCALES,
+                           IMPRECISE)
+        acc = _scaled(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, ROW_SCALES, BLOCK_SCALES)
         if TMA_STORE:
             c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
         else:
@@ -137,10 +168,14 @@ def _check_device(device: torch.device) -> None:
 
 
 def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-             cfg: dict[str, Any], out: torch.Tensor) -> torch.Tensor:
+             cfg: dict[str, Any], out: torch.Tensor, block_scales: bool = False
+             ) -> torch.Tensor:
     """``out = (scale_a * qa) @ (scale_b * qb).T`` for K-major fp8 ``qa`` ``[M, K]`` and ``qb``
     ``[N, K]`` (unit column stride, 16-byte aligned rows), fp32 scales of one element each or
-    of M and N elements, under a checked config ``cfg``, into a contiguous 2-D ``out``."""
+    of M and N elements, under a checked config ``cfg``, into a contiguous 2-D ``out``.
+    ``block_scales``: A's scales per row and 128 of K, B's per 128 x 128 block
+    (``fp8_quant.quantise_groups``, ``quantise_blocks``), applied per K tile (``BLOCK_K`` 128,
+    ``BLOCK_N`` dividing 128)."""
     m, k = qa.shape
     n = qb.shape[0]
     if qb.shape[1] != k or qa.dtype != F8 or qb.dtype != F8:
@@ -148,12 +183,20 @@ def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, scale_b:
                          f"{tuple(qa.shape)} and {qb.dtype} {tuple(qb.shape)}")
     if tuple(out.shape) != (m, n) or not out.is_contiguous() or out.dtype not in OUT_DTYPES:
         raise ValueError(f"out must be a contiguous [{m}, {n}] tensor of one of {OUT_DTYPES}")
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     rows = scale_a.numel() > 1
-    if (scale_a.numel(), scale_b.numel()) not in ((1, 1), (m, n)):
+    if block_scales:
+        want = (group_scales(m, k), block_scales_of(n, k))
+        if (scale_a.numel(), scale_b.numel()) != want:
+            raise ValueError(f"block scales of [{m}, {k}] and [{n}, {k}] are {want}, got "
+                             f"({scale_a.numel()}, {scale_b.numel()})")
+        if bk != GROUP or BLOCK_ROWS % bn:
+            raise ValueError(f"block scales need BLOCK_K = {GROUP} and a BLOCK_N dividing "
+                             f"{BLOCK_ROWS}, got BLOCK_K={bk}, BLOCK_N={bn}")
+    elif (scale_a.numel(), scale_b.numel()) not in ((1, 1), (m, n)):
         raise ValueError(f"scales must be per tensor (1, 1) or per row and column ({m}, {n}), "
                          f"got ({scale_a.numel()}, {scale_b.numel()})")
     _check_device(qa.device)
-    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     da = _describe(qa, (bm, bk), "A")
     db = _describe(qb, (bn, bk), "B")
     dc = _describe(out, (bm, bn), "the output") if cfg["TMA_STORE"] else None
@@ -165,10 +208,11 @@ def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, scale_b:
     programs = (max(1, min(sm_count(qa.device) // cfg["num_ctas"], tiles)) if cfg["PERSISTENT"]
                 else tiles)
     kernel[(programs,)](
-        da, db, out, dc, scale_a, scale_b, m, n, k, out.stride(0), out.stride(1),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], ROW_SCALES=rows,
-        EVEN_MN=m % bm == 0 and n % bn == 0,
-        IMPRECISE=None if cfg["FAST_ACC"] else bk, TMA_STORE=dc is not None, **launch,
+        da, db, out, dc, scale_a, scale_b, m, n, k, triton.cdiv(n, BLOCK_ROWS), out.stride(0),
+        out.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"],
+        ROW_SCALES=rows, BLOCK_SCALES=block_scales, EVEN_MN=m % bm == 0 and n % bn == 0,
+        IMPRECISE=None if cfg["FAST_ACC"] or block_scales else bk, TMA_STORE=dc is not None,
+        **launch,
     )  # fmt: skip
     return out
 
@@ -205,9 +249,11 @@ def _quantised_buffers(device: torch.device, m: int, n: int, k: int
     ld = row_stride(k)
     qa = cached_buffer(_Q_A, device, m * ld, F8, zeroed=False, least=1 << 16)
     qb = cached_buffer(_Q_B, device, n * ld, F8, zeroed=False, least=1 << 16)
-    s = cached_buffer(_SCALES, device, 2 * (m + n), torch.float32, zeroed=False, least=1 << 12)
+    ga, gb = group_scales(m, k), block_scales_of(n, k)
+    s = cached_buffer(_SCALES, device, max(2 * (m + n), ga + gb), torch.float32, zeroed=False,
+                      least=1 << 12)
     return (qa.view(m, ld)[:, :k], qb.view(n, ld)[:, :k], s[:m], s[m:m + n],
-            s[m + n:2 * m + n], s[2 * m + n:2 * (m + n)])
+            s[m + n:2 * m + n], s[2 * m + n:2 * (m + n)], s[:ga], s[ga:ga + gb])
 
 
 def lowered_matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
@@ -224,7 +270,12 @@ def lowered_matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     _check_device(a2.device)
     m, k = a2.shape
     n = b2.shape[1]
-    qa, qb, sa, sb, amax_a, amax_b = _quantised_buffers(a2.device, m, n, k)
+    qa, qb, sa, sb, amax_a, amax_b, ga, gb = _quantised_buffers(a2.device, m, n, k)
+    if cfg["SCALES"] == "block":
+        qa, ga = quantise_groups(a2, block_r=cfg["Q_BLOCK_R"], num_warps=cfg["Q_WARPS"], q=qa,
+                                 scale=ga)
+        qb, gb = quantise_blocks(b2.T, num_warps=B_BLOCK_WARPS, q=qb, scale=gb)
+        return fp8_gemm(qa, qb, ga, gb, cfg, out2, block_scales=True)
     per_row = cfg["SCALES"] == "row"
     q = {"block_r": cfg["Q_BLOCK_R"], "block_k": cfg["Q_BLOCK_K"], "num_warps": cfg["Q_WARPS"]}
     if cfg["Q_MODE"] == "panel":  # per row (check_config refuses it with SCALES="tensor")

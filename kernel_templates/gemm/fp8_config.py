@@ -15,6 +15,7 @@ from search.kinds.gemm.fp8_space import (
     LOWERED_DEFAULTS,
     Q_MODES,
     SCALES,
+    block_refusal,
     complete,
     q_mode_refusal,
 )
@@ -70,9 +71,9 @@ def check_config(config: dict[str, Any], lowered: bool) -> dict[str, Any]:
     cfg["PRECISION"], cfg["SCALES"] = full["PRECISION"], full["SCALES"]
     if full["Q_MODE"] not in Q_MODES:
         raise InvalidConfig(f"Q_MODE must be one of {list(Q_MODES)}, got {full['Q_MODE']!r}")
-    why = q_mode_refusal(full)
-    if why:
-        raise InvalidConfig(why)
+    for why in (q_mode_refusal(full), block_refusal({**full, **cfg})):
+        if why:
+            raise InvalidConfig(why)
     cfg["Q_MODE"] = full["Q_MODE"]
     for key in ("Q_BLOCK_R", "Q_BLOCK_K", "Q_WARPS"):
         v = full[key]

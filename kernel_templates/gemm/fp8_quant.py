@@ -17,6 +17,11 @@ the whole matrix instead (``scale`` has one element).
   the shape, and for B (rows of ``B^T``, contiguous across rows) a ``BLOCK_R`` of 32 or more
   reads whole sectors; the second pass mostly reads what the first left in L2.
 - per tensor (``quantise_tensor``): the same two launches with one amax for the matrix.
+- block scaling, each operand in one launch that reads it once (no atomics, no second pass):
+  per row and ``GROUP`` (128) elements of K (``quantise_groups``: 1 x 128 groups, A's) or per
+  ``BLOCK_ROWS x GROUP`` block (``quantise_blocks``: 128 x 128 blocks, B's). The scales then
+  vary along K, so the product applies them to each K tile's partial sums in its main loop
+  (``kernel_templates.gemm.fp8``, ``SCALES="block"``) rather than once in the epilogue.
 - per row in panels (``quantise_rows_panel``, and ``quantise_pair_panel`` for both operands
   of a product in one launch): each program owns a panel of ``BLOCK_R`` whole rows and walks
   K twice in ``BLOCK_K`` chunks: the first walk reduces the rows' amax in registers (no
@@ -57,12 +62,19 @@ import triton.language as tl
 
 from kernel_templates.gemm.host import sm_count
 
-__all__ = ["E4M3_MAX", "MODES", "PANEL_STAGES", "panel_programs", "quantise",
+__all__ = ["BLOCK_ROWS", "E4M3_MAX", "GROUP", "MODES", "PANEL_STAGES", "block_scales",
+           "group_scales", "panel_programs", "quantise", "quantise_blocks", "quantise_groups",
            "quantise_pair_panel", "quantise_rows", "quantise_rows_panel", "quantise_tensor",
            "row_stride"]
 
 #: The largest finite e4m3 magnitude: the scales map each row's (tensor's) amax there.
 E4M3_MAX = 448.0
+#: Elements of K that share a scale under block scaling (``quantise_groups``,
+#: ``quantise_blocks``): one fp8 product tile's K (``BLOCK_K``), so the product applies each
+#: group's scales to its tile's partial sums.
+GROUP = 128
+#: Rows of one ``quantise_blocks`` block (B's columns: one scale per 128 x 128 block of B).
+BLOCK_ROWS = 128
 #: Quantisation modes: two passes over tiles (per row or per tensor), or panels (per row).
 MODES = ("two_pass", "panel")
 #: Software-pipeline depth of the panel kernel's two walks over K (``tl.range``'s
@@ -79,8 +91,10 @@ def _round_e4m3(x):
     bits = x.to(tl.uint32, bitcast=True)
     lsb = (bits >> 20) & 1
     normal = ((bits + 0x7FFFF + lsb) & 0xFFF00000).to(tl.float32, bitcast=True)
+    # (on the magnitude, the sign put back: a value that rounds to zero keeps its sign, -0)
     magic = 24576.0
-    sub = (x + magic) - magic
+    sub = (tl.abs(x) + magic) - magic
+    sub = (sub.to(tl.uint32, bitcast=True) | (bits & 0x80000000)).to(tl.float32, bitcast=True)
     return tl.where(tl.abs(x) < 0.015625, sub, normal)
 
 
@@ -196,6 +210,51 @@ def _row_panel_kernel(
     for panel in range(tl.program_id(0), tl.cdiv(R, BLOCK_R), tl.num_programs(0)):
         _quantise_panel(x_ptr, q_ptr, s_ptr, panel, R, K, stride_xr, stride_xk, stride_qr,
                         BLOCK_R, BLOCK_K, ROUND_IN_FP32, STAGES)
+
+
+@triton.jit
+def _group_kernel(
+    x_ptr, q_ptr, s_ptr, R, K, stride_xr, stride_xk, stride_qr,
+    BLOCK_R: tl.constexpr, GROUP: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+):  # fmt: skip
+    # Rows [pid0 * BLOCK_R, +BLOCK_R), K group pid1: one amax (and scale) per row of the group,
+    # read once; the scale of row r, group g at s[g * R + r] (a group's scales contiguous).
+    g = tl.program_id(1)
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = g * GROUP + tl.arange(0, GROUP)
+    row_ok = rows < R
+    mask = row_ok[:, None] & (cols[None, :] < K)
+    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xr + cols[None, :] * stride_xk,
+                mask=mask, other=0.0).to(tl.float32)
+    amax = tl.max(tl.abs(x), axis=1)
+    nonzero = amax > 0
+    inv = tl.where(nonzero, tl.math.div_rn(448.0, tl.where(nonzero, amax, 1.0)), 1.0)
+    tl.store(s_ptr + g * R + rows, tl.where(nonzero, tl.math.div_rn(amax, 448.0), 1.0),
+             mask=row_ok)
+    tl.store(q_ptr + rows.to(tl.int64)[:, None] * stride_qr + cols[None, :],
+             _to_e4m3(x * inv[:, None], ROUND_IN_FP32), mask=mask)
+
+
+@triton.jit
+def _block_kernel(
+    x_ptr, q_ptr, s_ptr, R, K, stride_xr, stride_xk, stride_qr,
+    BLOCK_R: tl.constexpr, GROUP: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+):  # fmt: skip
+    # The [BLOCK_R, GROUP] block (pid0, pid1): one amax (and scale) for the block, read once;
+    # the scale of row block b, group g at s[g * cdiv(R, BLOCK_R) + b].
+    g = tl.program_id(1)
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = g * GROUP + tl.arange(0, GROUP)
+    mask = (rows[:, None] < R) & (cols[None, :] < K)
+    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xr + cols[None, :] * stride_xk,
+                mask=mask, other=0.0).to(tl.float32)
+    amax = tl.max(tl.max(tl.abs(x), axis=1), axis=0)
+    nonzero = amax > 0
+    inv = tl.where(nonzero, tl.math.div_rn(448.0, tl.where(nonzero, amax, 1.0)), 1.0)
+    tl.store(s_ptr + g * tl.cdiv(R, BLOCK_R) + tl.program_id(0),
+             tl.where(nonzero, tl.math.div_rn(amax, 448.0), 1.0))
+    tl.store(q_ptr + rows.to(tl.int64)[:, None] * stride_qr + cols[None, :],
+             _to_e4m3(x * inv, ROUND_IN_FP32), mask=mask)
 
 
 @triton.jit
@@ -345,6 +404,48 @@ def quantise_pair_panel(a: torch.Tensor, b: torch.Tensor, *, block_r: int, block
         BLOCK_R=block_r, BLOCK_K=block_k, ROUND_IN_FP32=a.device.type != "cuda",
         STAGES=stages, num_warps=num_warps)
     return qa, sa, qb, sb
+
+
+def group_scales(r: int, k: int) -> int:
+    """Scales of an ``[r, k]`` operand quantised per row and ``GROUP`` of K
+    (``quantise_groups``)."""
+    return r * triton.cdiv(k, GROUP)
+
+
+def block_scales(r: int, k: int) -> int:
+    """Scales of an ``[r, k]`` operand quantised in ``BLOCK_ROWS x GROUP`` blocks
+    (``quantise_blocks``)."""
+    return triton.cdiv(r, BLOCK_ROWS) * triton.cdiv(k, GROUP)
+
+
+def quantise_groups(x: torch.Tensor, *, block_r: int, num_warps: int,
+                    q: torch.Tensor | None = None, scale: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(q, scale)``: ``x`` ([R, K], any strides) quantised with one scale per row and
+    ``GROUP`` elements of K, in one launch reading ``x`` once (programs of ``block_r`` rows by
+    one group). ``scale`` holds ``group_scales(R, K)`` values, group-major: row ``r``'s scale
+    in group ``g`` is ``scale[g * R + r]``."""
+    _check_panel_tiles(block_r, GROUP, 1)
+    r, k = x.shape
+    q, scale = _buffers(x, q, scale, group_scales(r, k))
+    _group_kernel[(triton.cdiv(r, block_r), triton.cdiv(k, GROUP))](
+        x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0), BLOCK_R=block_r,
+        GROUP=GROUP, ROUND_IN_FP32=x.device.type != "cuda", num_warps=num_warps)
+    return q, scale
+
+
+def quantise_blocks(x: torch.Tensor, *, num_warps: int, q: torch.Tensor | None = None,
+                    scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(q, scale)``: ``x`` ([R, K], any strides) quantised with one scale per
+    ``BLOCK_ROWS x GROUP`` block, in one launch reading ``x`` once. ``scale`` holds
+    ``block_scales(R, K)`` values, group-major: block ``(b, g)``'s is
+    ``scale[g * cdiv(R, BLOCK_ROWS) + b]``."""
+    r, k = x.shape
+    q, scale = _buffers(x, q, scale, block_scales(r, k))
+    _block_kernel[(triton.cdiv(r, BLOCK_ROWS), triton.cdiv(k, GROUP))](
+        x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0), BLOCK_R=BLOCK_ROWS,
+        GROUP=GROUP, ROUND_IN_FP32=x.device.type != "cuda", num_warps=num_warps)
+    return q, scale
 
 
 def quantise(x: torch.Tensor, scales: str, *, block_r: int, block_k: int, num_warps: int,

@@ -13,13 +13,15 @@ from scripts.bench import (
     cutlass_cache,
     fp8_error,
     gemm,
+    lowered,
     precision,
     quant,
 )
 
 COMMANDS = {"gemm": gemm, "agent": agent, "attention": attention,
             "attention-sweep": attention_sweep, "precision": precision,
-            "fp8-error": fp8_error, "cutlass-cache": cutlass_cache, "quant": quant}
+            "fp8-error": fp8_error, "cutlass-cache": cutlass_cache, "quant": quant,
+            "lowered": lowered}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,7 +11,9 @@ NaN-poisoned output, the float64 reference, then the timing).
 - bf16 lowered to fp8: the error e4m3 rounding gives on the stated inputs (~0.037), well under
   the worker's lenient check, so the policy's bound decides;
 - the panel quantisation (``Q_MODE="panel"``: both operands in one launch) bit for bit the
-  two-pass one, alone and through ``lowered_matmul``, whose products are then identical."""
+  two-pass one, alone and through ``lowered_matmul``, whose products are then identical;
+- block scaling (``SCALES="block"``): its one-pass quantisation bit for bit the definition, its
+  product that of the fp8 copies it made."""
 
 from __future__ import annotations
 
@@ -22,7 +24,11 @@ import torch
 
 from kernel_templates.gemm.fp8 import lowered_matmul
 from kernel_templates.gemm.fp8_quant import (
+    BLOCK_ROWS,
+    GROUP,
     quantise,
+    quantise_blocks,
+    quantise_groups,
     quantise_pair_panel,
     quantise_rows,
     quantise_rows_panel,
@@ -203,3 +209,46 @@ def test_a_lowered_product_quantised_in_panels_is_the_two_pass_product_on_the_gp
     assert torch.equal(inp.out, two_pass)
     got = measure(p, config)
     assert 0.02 < got.rel_error < 0.06, (config, got.rel_error)
+
+
+@pytest.mark.parametrize(("r", "k", "transposed"), [(4096, 4096, False), (4096, 4096, True),
+                                                    (3000, 2000, True), (16, 8192, False)])
+def test_block_quantisation_is_bitwise_the_definition_on_the_gpu(r: int, k: int,
+                                                                 transposed: bool) -> None:
+    """A's 1 x 128 groups and B's 128 x 128 blocks, each in one launch, against the torch
+    definition (``tests/kernel_templates/test_fp8_template.py``), with an all-zero row, a
+    row 1e3 times larger (the rest of its blocks among the subnormals) and a subnormal."""
+    from tests.kernel_templates.test_fp8_template import torch_block_quantise
+
+    x = _gpu_operand(r, k, transposed, torch.bfloat16, seed=r + k)
+    for call, rows in ((lambda: quantise_groups(x, block_r=32, num_warps=4), 1),
+                       (lambda: quantise_blocks(x, num_warps=8), BLOCK_ROWS)):
+        q, s = call()
+        want_q, want_s = torch_block_quantise(x, rows, GROUP)
+        torch.cuda.synchronize()
+        assert torch.equal(s, want_s)
+        assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(4096, 4096, 4096), (1000, 3000, 2000),
+                                           (16, 4096, 8192), (8192, 8192, 8192)])
+def test_a_block_scaled_lowered_product_on_the_gpu(m: int, n: int, k: int) -> None:
+    """The block-scaled seeds (scales applied to each K tile's partial sums in the main loop)
+    through the worker, within e4m3's error of the exact product; and the first one against
+    the float64 product of the fp8 copies it made: only the bf16 output's rounding left."""
+    from kernel_templates.gemm import fp8
+    from tests.kernel_templates.test_fp8_template import block_dequantised
+
+    p = GemmProblem(m=m, n=n, k=k, dtype="bf16")
+    block = [s for s in fp8_space.seeds(p) if s["SCALES"] == "block"]
+    assert block
+    for config in block:
+        got = measure(p, config)
+        assert 0.02 < got.rel_error < 0.06, (config, got.rel_error)
+    inp = make_inputs(p, "cuda", 12)
+    fp8.lowered_matmul(inp.a, inp.b, block[0], inp.out)
+    torch.cuda.synchronize()
+    qa, qb, *_, ga, gb = fp8._quantised_buffers(inp.a.device, m, n, k)
+    exact = (block_dequantised(qa, ga, 1, GROUP)
+             @ block_dequantised(qb, gb, BLOCK_ROWS, GROUP).T)
+    assert rel_error(inp.out, exact) < 6e-3

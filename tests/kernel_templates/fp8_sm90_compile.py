@@ -21,14 +21,16 @@ import sys
 from typing import Any
 
 SM90_TARGET = ("cuda", 90, 32)
-INTS = ("M", "N", "K", "stride_cm", "stride_cn")
+INTS = ("M", "N", "K", "NB", "stride_cm", "stride_cn")
 
 
-def compile_fp8(config: dict[str, Any], row_scales: bool = False, out_dtype: str = "bf16"
-                ) -> Any:
+def compile_fp8(config: dict[str, Any], row_scales: bool | str = False,
+                out_dtype: str = "bf16") -> Any:
     """The fp8 template under a complete ``config`` compiled for sm_90: per-tensor scales (an
-    fp8 problem's) or per row and column (``row_scales``: a lowered candidate's), a bf16
-    output, the problem's sizes runtime values (multiples of the tiles)."""
+    fp8 problem's), per row and column (``row_scales`` true: a lowered candidate's) or in
+    blocks (``row_scales="block"``, applied in the main loop), a bf16 output, the problem's
+    sizes runtime values (multiples of the tiles)."""
+    block = row_scales == "block"
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -39,8 +41,9 @@ def compile_fp8(config: dict[str, Any], row_scales: bool = False, out_dtype: str
     fn = fp8._fp8_gemm_persistent_kernel if config["PERSISTENT"] else fp8._fp8_gemm_kernel
     tma_store = bool(config["TMA_STORE"])
     consts = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": config["GROUP_M"],
-              "ROW_SCALES": row_scales, "EVEN_MN": True,
-              "IMPRECISE": None if config["FAST_ACC"] else bk, "TMA_STORE": tma_store}
+              "ROW_SCALES": bool(row_scales) and not block, "BLOCK_SCALES": block,
+              "EVEN_MN": True, "IMPRECISE": None if config["FAST_ACC"] or block else bk,
+              "TMA_STORE": tma_store}
     types = {"a_desc": f"tensordesc<fp8e4nv[{bm}, {bk}]>",
              "b_desc": f"tensordesc<fp8e4nv[{bn}, {bk}]>", "c_ptr": f"*{out_dtype}",
              "sa_ptr": "*fp32", "sb_ptr": "*fp32", **dict.fromkeys(INTS, "i32")}
@@ -121,7 +124,8 @@ def compile_panel_in_child(config: dict[str, Any], timeout: float = 300.0
                           timeout=timeout, env=env)
 
 
-def compile_in_child(config: dict[str, Any], row_scales: bool = False, timeout: float = 300.0
+def compile_in_child(config: dict[str, Any], row_scales: bool | str = False,
+                     timeout: float = 300.0
                      ) -> subprocess.CompletedProcess[str]:
     """Compile ``config`` in a child process without ``TRITON_INTERPRET``: return code 0 and
     ``{"shared": bytes}`` on stdout when it compiled; otherwise its stderr says why."""

@@ -18,7 +18,13 @@ from kernel_templates.errors import InvalidConfig, Unsupported
 from kernel_templates.gemm.fp8 import lowered_matmul, scaled_matmul
 from kernel_templates.gemm.fp8_config import check_config
 from kernel_templates.gemm.fp8_quant import (
+    BLOCK_ROWS,
+    GROUP,
+    block_scales,
+    group_scales,
     quantise,
+    quantise_blocks,
+    quantise_groups,
     quantise_pair_panel,
     quantise_rows,
     quantise_rows_panel,
@@ -59,6 +65,32 @@ def torch_quantise(x: torch.Tensor, scales: str) -> tuple[torch.Tensor, torch.Te
     return y.clamp(-448, 448).to(F8), scale
 
 
+def torch_block_quantise(x: torch.Tensor, rows: int, cols: int
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The definition of block scaling: each ``rows x cols`` block (ragged at the edges) as
+    ``torch_quantise`` quantises a tensor; the scales group-major (block ``(b, g)``'s at
+    ``g * row_blocks + b``). On ``x``'s device."""
+    r, k = x.shape
+    big_r, big_k = -(-r // rows) * rows, -(-k // cols) * cols
+    padded = torch.zeros(big_r, big_k, dtype=torch.float32, device=x.device)
+    padded[:r, :k] = x.float()
+    blocks = padded.reshape(big_r // rows, rows, big_k // cols, cols)
+    amax = blocks.abs().amax(dim=(1, 3))
+    nonzero, ones = amax > 0, torch.ones_like(amax)
+    scale = torch.where(nonzero, amax / torch.full_like(amax, 448.0), ones)
+    inv = torch.where(nonzero, torch.full_like(amax, 448.0) / torch.where(nonzero, amax, ones),
+                      ones)
+    q = (blocks * inv[:, None, :, None]).clamp(-448, 448).to(F8).reshape(big_r, big_k)
+    return q[:r, :k], scale.T.reshape(-1)
+
+
+def block_dequantised(q: torch.Tensor, s: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """``q`` times its block scales (``torch_block_quantise``'s order), in float64."""
+    r, k = q.shape
+    grid = s.double().reshape(-(-k // cols), -(-r // rows)).T
+    return q.double() * grid.repeat_interleave(rows, 0)[:r].repeat_interleave(cols, 1)[:, :k]
+
+
 def _operand(r: int, k: int, transposed: bool, dtype: torch.dtype, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     if transposed:
@@ -82,6 +114,25 @@ def test_quantisation_is_bitwise_the_definition(scales: str, r: int, k: int, tra
     assert q.dtype == F8 and tuple(q.shape) == (r, k) and q.stride(1) == 1
     assert q.stride(0) % 16 == 0  # 16-byte rows: TMA can describe them
     assert torch.equal(s, want_s)
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+
+
+@pytest.mark.parametrize(("r", "k", "transposed"), [(37, 300, False), (130, 256, True),
+                                                    (5, 100, False)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_block_quantisation_is_bitwise_the_definition(r: int, k: int, transposed: bool,
+                                                      dtype: torch.dtype) -> None:
+    """A per row and 128 of K (1 x 128 groups), B per 128 x 128 block, each in one launch:
+    ragged groups and blocks at the edges, an all-zero row, a value among the subnormals."""
+    x = _hard_rows(_operand(r, k, transposed, dtype, seed=r + k))
+    q, s = quantise_groups(x, block_r=4, num_warps=4)
+    want_q, want_s = torch_block_quantise(x, 1, GROUP)
+    assert q.stride(1) == 1 and q.stride(0) % 16 == 0 and s.numel() == group_scales(r, k)
+    assert torch.equal(s, want_s)
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+    q, s = quantise_blocks(x, num_warps=4)
+    want_q, want_s = torch_block_quantise(x, BLOCK_ROWS, GROUP)
+    assert s.numel() == block_scales(r, k) and torch.equal(s, want_s)
     assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
 
 
@@ -223,6 +274,29 @@ def test_a_lowered_product_is_the_product_of_the_quantised_inputs(layouts: str,
     assert 0.02 < exact < 0.06
 
 
+BLOCKED = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=128, GROUP_M=2, num_warps=4, num_stages=2,
+               PRECISION="fp8_e4m3", SCALES="block", Q_BLOCK_R=8, Q_WARPS=4)
+
+
+@pytest.mark.parametrize("layouts", ["rr", "rc", "cc"])
+@pytest.mark.parametrize("extra", [{}, {"PERSISTENT": 1, "TMA_STORE": 1}, {"BLOCK_N": 64}])
+def test_a_block_scaled_product_is_the_product_of_the_quantised_inputs(
+        layouts: str, extra: dict[str, Any]) -> None:
+    """Scales that change along K, applied to each K tile's partial sums: K of three groups
+    (the last ragged), N over one block of B's (the second ragged). fp16 inputs (the
+    interpreter's dot on bf16 is not exact), an fp32 output."""
+    p = GemmProblem(m=40, n=160, k=300, dtype="fp16", out_dtype="fp32",
+                    layout_a=LAY[layouts[0]], layout_b=LAY[layouts[1]])
+    inp = make_inputs(p, "cpu", 6)
+    lowered_matmul(inp.a, inp.b, {**BLOCKED, **extra}, inp.out)
+    qa, sa = torch_block_quantise(inp.a, 1, GROUP)
+    qb, sb = torch_block_quantise(inp.b.T, BLOCK_ROWS, GROUP)
+    quantised = block_dequantised(qa, sa, 1, GROUP) @ block_dequantised(qb, sb, BLOCK_ROWS,
+                                                                        GROUP).T
+    assert rel_error(inp.out, quantised) < 1e-5  # fp32 sums of exact products
+    assert 0.02 < rel_error(inp.out, reference_for(inp)) < 0.06
+
+
 @pytest.mark.parametrize("layouts", ["rr", "rc", "cc"])
 def test_a_lowered_product_quantised_in_panels_is_the_two_pass_product(layouts: str,
                                                                       monkeypatch: Any) -> None:
@@ -294,7 +368,13 @@ def test_a_lowered_kernel_that_drops_a_scale_is_a_wrong_result(monkeypatch: Any)
     ({**SMALL, "PERSISTENT": True}, False, "PERSISTENT"),
     ({**SMALL, **QUANT}, False, "unknown config keys"),  # an fp8 problem is not quantised
     ({**SMALL, **QUANT, "PRECISION": "fp4"}, True, "PRECISION"),
-    ({**SMALL, **QUANT, "SCALES": "block"}, True, "SCALES"),
+    ({**SMALL, **QUANT, "SCALES": "blocks"}, True, "SCALES"),
+    ({**SMALL, **QUANT, "SCALES": "block"}, True,
+     "SCALES='block' needs BLOCK_K=128 .* got BLOCK_K=32, BLOCK_N=32"),
+    ({**SMALL, **QUANT, "SCALES": "block", "BLOCK_K": 128, "BLOCK_N": 256}, True,
+     "a BLOCK_N dividing 128"),
+    ({**SMALL, **QUANT, "SCALES": "block", "BLOCK_K": 128, "Q_MODE": "panel"}, True,
+     "Q_MODE='panel' quantises per row"),
     ({**SMALL, **QUANT, "Q_BLOCK_K": 8}, True, "Q_BLOCK_K"),
     ({**SMALL, **QUANT, "Q_WARPS": 3}, True, "Q_WARPS"),
     ({**SMALL, **QUANT, "Q_MODE": "fused"}, True,
@@ -319,6 +399,19 @@ def test_a_config_is_completed_with_the_spaces_defaults() -> None:
     assert check_config({**SMALL, **QUANT}, lowered=True)["Q_MODE"] == "two_pass"
 
 
+def test_block_scales_ignore_the_keys_they_do_not_use() -> None:
+    """Block scales fix the quantisation's K tile (the group) and promote every K tile, so
+    configurations differing only in ``Q_BLOCK_K`` or ``FAST_ACC`` are one configuration."""
+    base = {**BLOCKED, "BLOCK_K": 128, "BLOCK_N": 64}
+    one = fp8_space.complete({**base, "Q_BLOCK_K": 512, "FAST_ACC": 1}, True)
+    assert one == fp8_space.complete(base, True)
+    assert one["Q_BLOCK_K"] == GROUP and one["FAST_ACC"] == 0
+    row = fp8_space.complete({**base, "SCALES": "row", "Q_BLOCK_K": 512, "FAST_ACC": 1}, True)
+    assert row["Q_BLOCK_K"] == 512 and row["FAST_ACC"] == 1
+    assert "block" in next(c.values for c in fp8_space.space(GemmProblem(
+        m=256, n=256, k=256, dtype="bf16")) if c.name == "SCALES")
+
+
 def test_the_lowered_space_searches_two_passes_and_panels_may_be_pinned() -> None:
     # panels measured slower than two passes on an H100 (docs/benchmarks/
     # precision_quant_h100_2026-11-25.md): the search and the seeds quantise in two passes
@@ -326,10 +419,14 @@ def test_the_lowered_space_searches_two_passes_and_panels_may_be_pinned() -> Non
     assert "Q_MODE" not in {c.name for c in fp8_space.space(p)}
     assert "Q_MODE" not in fp8_space.params(p)
     seeds = fp8_space.seeds(p)
-    assert seeds and all(s["Q_MODE"] == "two_pass" and s["SCALES"] == "row" for s in seeds)
-    pinned = check_config({**seeds[0], "Q_MODE": "panel"}, lowered=True)
+    assert seeds and all(s["Q_MODE"] == "two_pass" for s in seeds)
+    # block scales first (each operand read once), then per-row scales
+    assert seeds[0]["SCALES"] == "block" and fp8_space.violations(p, seeds[0],
+                                                                  DeviceLimits()) == []
+    row = next(s for s in seeds if s["SCALES"] == "row")
+    pinned = check_config({**row, "Q_MODE": "panel"}, lowered=True)
     assert pinned["Q_MODE"] == "panel"
-    tensor = {**seeds[0], "SCALES": "tensor", "Q_MODE": "panel"}
+    tensor = {**row, "SCALES": "tensor", "Q_MODE": "panel"}
     assert any("Q_MODE='panel' quantises per row" in v
                for v in fp8_space.violations(p, tensor, DeviceLimits()))
     assert fp8_space.violations(p, {**tensor, "Q_MODE": "two_pass"}, DeviceLimits()) == []

@@ -41,8 +41,9 @@ from search.limits import DeviceLimits
 from search.optimizer import Choice
 
 __all__ = ["DEFAULTS", "LOWERED", "LOWERED_DEFAULTS", "PARAMS", "Q_MODES",
-           "Q_PARAMS", "SCALES", "TIER", "TIER_WEIGHT", "complete", "lowered", "params",
-           "q_mode_refusal", "seeds", "space", "tier_plan", "violations"]
+           "Q_PARAMS", "SCALES", "SCALE_GROUP", "TIER", "TIER_WEIGHT", "block_refusal",
+           "complete", "lowered", "params", "q_mode_refusal", "seeds", "space", "tier_plan",
+           "violations"]
 
 #: The tier's name (its trials run on the ``triton`` backend).
 TIER = "fp8"
@@ -52,7 +53,12 @@ TIER_WEIGHT = 3.0
 LOWERED = "fp8_e4m3"
 #: Input dtypes a lowered candidate quantises.
 LOWERED_FROM = ("bf16", "fp16")
-SCALES = ("row", "tensor")
+#: How a lowered candidate scales its fp8 copies: per row of A and column of B, per tensor, or
+#: in blocks (A per row and 128 of K, B per 128 x 128 block; applied per K tile of the
+#: product, so ``BLOCK_K`` is 128 and ``BLOCK_N`` at most 128: ``block_refusal``).
+SCALES = ("row", "tensor", "block")
+#: K elements sharing a scale, and B's block columns, under ``SCALES="block"``.
+SCALE_GROUP = 128
 #: How the operands are quantised (``kernel_templates.gemm.fp8_quant``): ``"panel"`` is per
 #: row only.
 Q_MODES = ("panel", "two_pass")
@@ -77,9 +83,31 @@ def lowered(problem: GemmProblem) -> bool:
 
 def complete(config: dict[str, Any], is_lowered: bool) -> dict[str, Any]:
     """``config`` with every key of the template, absent ones at their defaults (the lowered
-    keys only for a lowered candidate); given values are kept (the template validates them)."""
+    keys only for a lowered candidate); given values are kept (the template validates them),
+    except the two that block scales ignore: ``Q_BLOCK_K`` (the group is ``SCALE_GROUP``) and
+    ``FAST_ACC`` (each K tile's sums are promoted when scaled), set to ``SCALE_GROUP`` and 0 so
+    that configurations differing only there are one configuration."""
     base = {**DEFAULTS, **(LOWERED_DEFAULTS if is_lowered else {})}
-    return {**base, **config}
+    out = {**base, **config}
+    if is_lowered and out.get("SCALES") == "block":
+        out.update(Q_BLOCK_K=SCALE_GROUP, FAST_ACC=0)
+    return out
+
+
+def block_refusal(config: dict[str, Any]) -> str | None:
+    """Why a lowered ``config`` cannot use block scales (``None``: it can, or it does not use
+    them): the product applies one group's scales per K tile and one block of B's per output
+    tile, and block scales are quantised in their own one-pass launches."""
+    if config.get("SCALES") != "block":
+        return None
+    if config["BLOCK_K"] != SCALE_GROUP or SCALE_GROUP % config["BLOCK_N"]:
+        return (f"SCALES='block' needs BLOCK_K={SCALE_GROUP} (one scale group per K tile) and "
+                f"a BLOCK_N dividing {SCALE_GROUP} (one block of B's per tile), got "
+                f"BLOCK_K={config['BLOCK_K']}, BLOCK_N={config['BLOCK_N']}")
+    if config.get("Q_MODE", "two_pass") != "two_pass":
+        return (f"SCALES='block' quantises in its own one-pass launches; "
+                f"Q_MODE={config['Q_MODE']!r} is for per-row scales")
+    return None
 
 
 def params(problem: GemmProblem) -> tuple[str, ...]:
@@ -158,9 +186,9 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
     if config.get("TMA_STORE", 0) and row_bytes % 16:
         out.append(f"TMA_STORE=1 needs 16-byte output rows; n={problem.n} gives {row_bytes} B")
     if lowered(problem):
-        why = q_mode_refusal(config)
-        if why:
-            out.append(why)
+        for why in (q_mode_refusal(config), block_refusal(config)):
+            if why:
+                out.append(why)
         tile = config["Q_BLOCK_R"] * config["Q_BLOCK_K"]
         if tile > Q_MAX_TILE:
             out.append(f"quantisation tile {config['Q_BLOCK_R']}x{config['Q_BLOCK_K']} is over "
@@ -235,13 +263,32 @@ _SMALL = [
 ]
 
 
+#: Tiles of the block-scaled lowered seeds (``BLOCK_K`` the scale group, ``BLOCK_N`` at most
+#: one block of B's), large shapes first.
+_BLOCK_BIG = [
+    dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=4),
+]
+_BLOCK_SMALL = [
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4),
+    dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4),
+]
+
+
 def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
     """Starting points (the Triton tutorials' fp8 tiles: 128x256x128 with 8 warps for large
     shapes, smaller tiles for small ones), each with fp32 accumulation and with the tensor
-    cores' fast accumulation, tiled and persistent. Complete configurations within the space."""
+    cores' fast accumulation, tiled and persistent. A lowered problem starts with block
+    scales (each operand quantised in one pass, ``fp8_quant.quantise_groups`` and
+    ``quantise_blocks``), tiled and persistent, then per-row scales. Complete configurations
+    within the space."""
     big = problem.m * problem.n >= 132 * 128 * 128
     ordered = _BIG + _SMALL if big else _SMALL + _BIG
     out: list[dict[str, Any]] = []
+    if lowered(problem):
+        for base in (_BLOCK_BIG + _BLOCK_SMALL if big else _BLOCK_SMALL + _BLOCK_BIG)[:2]:
+            for extra in (dict(PERSISTENT=0), dict(PERSISTENT=1, TMA_STORE=1)):
+                out.append({**base, **extra, "SCALES": "block"})
     for base in ordered:
         for extra in (dict(PERSISTENT=0, FAST_ACC=0), dict(PERSISTENT=1, FAST_ACC=1, TMA_STORE=1),
                       dict(PERSISTENT=1, FAST_ACC=0, TMA_STORE=1), dict(PERSISTENT=0, FAST_ACC=1)):
