@@ -29,9 +29,11 @@ Configuration keys (``search.kinds.gemm.fp8_space``): ``BLOCK_M``, ``BLOCK_N``, 
   tensor cores throughout (Triton's default on sm_90, ``torch._scaled_mm(use_fast_accum=True)``);
 - ``TMA_STORE`` (0/1): the output through a TMA descriptor (its rows must be 16-byte aligned);
 - lowered only: ``PRECISION`` (``"fp8_e4m3"``), ``SCALES`` (``"row"``, ``"tensor"``),
-  ``Q_MODE`` (``"two_pass"``, the default: amax and cast launches per operand; ``"panel"``:
-  one launch quantising both operands in panels of whole rows, per-row scales only) and the
-  quantisation kernels' ``Q_BLOCK_R``, ``Q_BLOCK_K``, ``Q_WARPS``.
+  ``Q_MODE`` (``"two_pass"``, the default: amax and cast launches per operand;
+  ``"whole_rows"``: an operand whose rows are contiguous (A row-major, B column-major) in one
+  launch holding whole rows, the other in two passes; ``"panel"``: one launch quantising
+  both operands in panels of whole rows; both per-row scales only) and the quantisation
+  kernels' ``Q_BLOCK_R``, ``Q_BLOCK_K``, ``Q_WARPS`` (the two-pass launches' tiles).
 
 The interpreter runs every path (it ignores ``num_ctas`` and the accumulation setting).
 """
@@ -54,7 +56,9 @@ from kernel_templates.gemm.fp8_quant import (
     quantise_blocks,
     quantise_groups,
     quantise_pair_panel,
+    quantise_whole_rows,
     row_stride,
+    whole_rows_fit,
 )
 from kernel_templates.gemm.fp8_quant import block_scales as block_scales_of
 from kernel_templates.gemm.host import cached_buffer, cc_major, sm_count
@@ -278,6 +282,13 @@ def lowered_matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         return fp8_gemm(qa, qb, ga, gb, cfg, out2, block_scales=True)
     per_row = cfg["SCALES"] == "row"
     q = {"block_r": cfg["Q_BLOCK_R"], "block_k": cfg["Q_BLOCK_K"], "num_warps": cfg["Q_WARPS"]}
+    if cfg["Q_MODE"] == "whole_rows":  # per row (check_config refuses it otherwise)
+        bt = b2.T
+        qa, sa = (quantise_whole_rows(a2, q=qa, scale=sa) if whole_rows_fit(a2)
+                  else quantise(a2, "row", q=qa, scale=sa, amax=amax_a, **q))
+        qb, sb = (quantise_whole_rows(bt, q=qb, scale=sb) if whole_rows_fit(bt)
+                  else quantise(bt, "row", q=qb, scale=sb, amax=amax_b, **q))
+        return fp8_gemm(qa, qb, sa, sb, cfg, out2)
     if cfg["Q_MODE"] == "panel":  # per row (check_config refuses it with SCALES="tensor")
         qa, sa, qb, sb = quantise_pair_panel(a2, b2.T, qa=qa, sa=sa, qb=qb, sb=sb, **q)
         return fp8_gemm(qa, qb, sa, sb, cfg, out2)

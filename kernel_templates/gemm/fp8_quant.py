@@ -17,6 +17,10 @@ the whole matrix instead (``scale`` has one element).
   the shape, and for B (rows of ``B^T``, contiguous across rows) a ``BLOCK_R`` of 32 or more
   reads whole sectors; the second pass mostly reads what the first left in L2.
 - per tensor (``quantise_tensor``): the same two launches with one amax for the matrix.
+- per row, whole rows (``quantise_whole_rows``): one launch, each program holding whole rows
+  (K contiguous, at most ``WHOLE_ROW_MAX``) in registers, reading them once; bit for bit the
+  two-pass path's. For A, whose rows are contiguous; B's rows (``B^T``'s, strided) take two
+  passes over wide tiles.
 - block scaling, each operand in one launch that reads it once (no atomics, no second pass):
   per row and ``GROUP`` (128) elements of K (``quantise_groups``: 1 x 128 groups, A's) or per
   ``BLOCK_ROWS x GROUP`` block (``quantise_blocks``: 128 x 128 blocks, B's). The scales then
@@ -62,10 +66,10 @@ import triton.language as tl
 
 from kernel_templates.gemm.host import sm_count
 
-__all__ = ["BLOCK_ROWS", "E4M3_MAX", "GROUP", "MODES", "PANEL_STAGES", "block_scales",
-           "group_scales", "panel_programs", "quantise", "quantise_blocks", "quantise_groups",
-           "quantise_pair_panel", "quantise_rows", "quantise_rows_panel", "quantise_tensor",
-           "row_stride"]
+__all__ = ["BLOCK_ROWS", "E4M3_MAX", "GROUP", "MODES", "PANEL_STAGES", "WHOLE_ROW_MAX",
+           "block_scales", "group_scales", "panel_programs", "quantise", "quantise_blocks",
+           "quantise_groups", "quantise_pair_panel", "quantise_rows", "quantise_rows_panel",
+           "quantise_tensor", "quantise_whole_rows", "row_stride", "whole_rows_fit"]
 
 #: The largest finite e4m3 magnitude: the scales map each row's (tensor's) amax there.
 E4M3_MAX = 448.0
@@ -75,6 +79,10 @@ E4M3_MAX = 448.0
 GROUP = 128
 #: Rows of one ``quantise_blocks`` block (B's columns: one scale per 128 x 128 block of B).
 BLOCK_ROWS = 128
+#: The longest row ``quantise_whole_rows`` holds in registers, and the values one of its
+#: programs holds (64 fp32 registers a thread at 8 warps).
+WHOLE_ROW_MAX = 16384
+WHOLE_ROW_VALUES = 16384
 #: Quantisation modes: two passes over tiles (per row or per tensor), or panels (per row).
 MODES = ("two_pass", "panel")
 #: Software-pipeline depth of the panel kernel's two walks over K (``tl.range``'s
@@ -210,6 +218,26 @@ def _row_panel_kernel(
     for panel in range(tl.program_id(0), tl.cdiv(R, BLOCK_R), tl.num_programs(0)):
         _quantise_panel(x_ptr, q_ptr, s_ptr, panel, R, K, stride_xr, stride_xk, stride_qr,
                         BLOCK_R, BLOCK_K, ROUND_IN_FP32, STAGES)
+
+
+@triton.jit
+def _whole_rows_kernel(
+    x_ptr, q_ptr, s_ptr, R, K, stride_xr, stride_xk, stride_qr,
+    BLOCK_R: tl.constexpr, K_P2: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+):  # fmt: skip
+    # Rows [pid * BLOCK_R, +BLOCK_R), each whole in registers: read once, amax, scale, cast.
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.arange(0, K_P2)
+    row_ok = rows < R
+    mask = row_ok[:, None] & (cols[None, :] < K)
+    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xr + cols[None, :] * stride_xk,
+                mask=mask, other=0.0).to(tl.float32)
+    amax = tl.max(tl.abs(x), axis=1)
+    nonzero = amax > 0
+    inv = tl.where(nonzero, tl.math.div_rn(448.0, tl.where(nonzero, amax, 1.0)), 1.0)
+    tl.store(s_ptr + rows, tl.where(nonzero, tl.math.div_rn(amax, 448.0), 1.0), mask=row_ok)
+    tl.store(q_ptr + rows.to(tl.int64)[:, None] * stride_qr + cols[None, :],
+             _to_e4m3(x * inv[:, None], ROUND_IN_FP32), mask=mask)
 
 
 @triton.jit
@@ -404,6 +432,30 @@ def quantise_pair_panel(a: torch.Tensor, b: torch.Tensor, *, block_r: int, block
         BLOCK_R=block_r, BLOCK_K=block_k, ROUND_IN_FP32=a.device.type != "cuda",
         STAGES=stages, num_warps=num_warps)
     return qa, sa, qb, sb
+
+
+def whole_rows_fit(x: torch.Tensor) -> bool:
+    """Whether ``quantise_whole_rows`` takes ``x``: K contiguous (a row is one run of memory)
+    and at most ``WHOLE_ROW_MAX`` long."""
+    return x.dim() == 2 and x.stride(1) == 1 and 0 < x.shape[1] <= WHOLE_ROW_MAX
+
+
+def quantise_whole_rows(x: torch.Tensor, *, q: torch.Tensor | None = None,
+                        scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(q, scale)``: ``x`` ([R, K], K contiguous, K at most ``WHOLE_ROW_MAX``) quantised with
+    one scale per row, bit for bit as ``quantise_rows``, in one launch reading ``x`` once:
+    each program holds whole rows in registers (``WHOLE_ROW_VALUES`` values over 8 warps)."""
+    if not whole_rows_fit(x):
+        raise ValueError(f"quantise_whole_rows takes a 2-D operand with unit K stride and K <= "
+                         f"{WHOLE_ROW_MAX}, got shape {tuple(x.shape)}, strides {x.stride()}")
+    r, k = x.shape
+    q, scale = _buffers(x, q, scale, r)
+    k_p2 = triton.next_power_of_2(k)
+    block_r = max(1, WHOLE_ROW_VALUES // k_p2)
+    _whole_rows_kernel[(triton.cdiv(r, block_r),)](
+        x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0), BLOCK_R=block_r, K_P2=k_p2,
+        ROUND_IN_FP32=x.device.type != "cuda", num_warps=8)
+    return q, scale
 
 
 def group_scales(r: int, k: int) -> int:

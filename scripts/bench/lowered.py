@@ -6,12 +6,14 @@ For each shape ``MxNxK`` (bf16 A ``[M, K]`` and B ``[K, N]`` row-major, the work
 - ``bf16 cuBLAS``: ``torch.mm`` into the output, the baseline;
 - ``quantise row``: both operands quantised per row of A and column of B in two passes
   (``fp8_quant.quantise``, the tiles of ``--row-q``);
+- ``quantise whole rows``: A per row in one launch holding whole rows
+  (``quantise_whole_rows``), B per column in two passes over each tile of ``--whole-q``;
 - ``quantise block``: A per row and 128 of K (``quantise_groups``, ``--block-q`` rows and
   warps), B per 128 x 128 block (``quantise_blocks``): one launch per operand, each read once;
 - ``product row`` / ``product block``: the fp8 product alone on those copies
   (``fp8.fp8_gemm``) under each tile of ``--row-tiles`` / ``--block-tiles``;
-- ``lowered row`` / ``lowered block``: ``fp8.lowered_matmul``, everything a user would run
-  (quantisation, product, the bf16 output), under each tile.
+- ``lowered row`` / ``lowered whole rows`` / ``lowered block``: ``fp8.lowered_matmul``,
+  everything a user would run (quantisation, product, the bf16 output), under each tile.
 
 Every whole call's output (NaN-poisoned first) is checked against the float64 product of the
 bf16 inputs before it is timed (a relative error between 1% and 6%: e4m3's rounding, nothing
@@ -67,6 +69,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--row-tiles", type=parse_tiles, default=parse_tiles(ROW_TILES))
     ap.add_argument("--block-tiles", type=parse_tiles, default=parse_tiles(BLOCK_TILES))
     ap.add_argument("--row-q", default="32x128x4", help="two-pass Q_BLOCK_RxQ_BLOCK_KxQ_WARPS")
+    ap.add_argument("--whole-q", default="32x128x4,128x64x4,64x128x8,128x32x4",
+                    help="whole rows of A, B in two passes over these Q_BLOCK_RxQ_BLOCK_KxQ_WARPS "
+                         "tiles (the first is the lowered calls')")
     ap.add_argument("--block-q", default="32x4", help="block scales' Q_BLOCK_RxQ_WARPS")
     ap.add_argument("--warmup-ms", type=float, default=25.0)
     ap.add_argument("--rep-ms", type=float, default=200.0)
@@ -101,6 +106,7 @@ def measure_shape(m: int, n: int, k: int, args: argparse.Namespace) -> list[dict
 
     from kernel_templates.gemm import fp8
     from kernel_templates.gemm import fp8_quant as fq
+    from kernel_templates.gemm.fp8_config import check_config
     from kernel_templates.gemm.inputs import make_inputs
     from kernel_templates.gemm.reference import reference_for, rel_error
     from search.kinds.gemm.spec import GemmProblem
@@ -152,6 +158,13 @@ def measure_shape(m: int, n: int, k: int, args: argparse.Namespace) -> list[dict
             fq.quantise(x, "row", block_r=rq[0], block_k=rq[1], num_warps=rq[2], q=q, scale=s,
                         amax=amax)
 
+    def quant_whole(tiles: list[int]) -> Any:
+        def call() -> None:
+            fq.quantise_whole_rows(a, q=qa, scale=sa)
+            fq.quantise(bt, "row", block_r=tiles[0], block_k=tiles[1], num_warps=tiles[2],
+                        q=qb, scale=sb, amax=bm_)
+        return call
+
     def quant_block() -> None:
         fq.quantise_groups(a, block_r=bq[0], num_warps=bq[1], q=qa, scale=ga)
         fq.quantise_blocks(bt, num_warps=fp8.B_BLOCK_WARPS, q=qb, scale=gb)
@@ -166,6 +179,9 @@ def measure_shape(m: int, n: int, k: int, args: argparse.Namespace) -> list[dict
 
     timed("quantise row", args.row_q, quant_row,
           lambda: rel_error(copies(False), ref))
+    for wq in args.whole_q.split(","):
+        timed("quantise whole rows", wq, quant_whole([int(v) for v in wq.split("x")]),
+              lambda: rel_error(copies(False), ref))
     timed("quantise block", args.block_q, quant_block,
           lambda: rel_error(copies(True), ref))
     for block, tiles in ((False, args.row_tiles), (True, args.block_tiles)):
@@ -175,16 +191,21 @@ def measure_shape(m: int, n: int, k: int, args: argparse.Namespace) -> list[dict
         kind = "block" if block else "row"
         for cfg in tiles:
             scales = (ga, gb) if block else (sa, sb)
+            checked = check_config(cfg, lowered=False)
             timed(f"product {kind}", _label(cfg),
-                  lambda cfg=cfg, scales=scales, block=block: fp8.fp8_gemm(
+                  lambda cfg=checked, scales=scales, block=block: fp8.fp8_gemm(
                       qa, qb, *scales, cfg, out, block_scales=block),
                   lambda exact=exact: rel_error(out, exact))
-    for block, tiles in ((False, args.row_tiles), (True, args.block_tiles)):
-        kind = "block" if block else "row"
-        q = ({"Q_BLOCK_R": bq[0], "Q_WARPS": bq[1]} if block else
-             {"Q_BLOCK_R": rq[0], "Q_BLOCK_K": rq[1], "Q_WARPS": rq[2]})
+    wq = [int(v) for v in args.whole_q.split(",")[0].split("x")]
+    for kind, tiles in (("row", args.row_tiles), ("whole rows", args.row_tiles),
+                        ("block", args.block_tiles)):
+        q = ({"SCALES": "block", "Q_BLOCK_R": bq[0], "Q_WARPS": bq[1]} if kind == "block" else
+             {"SCALES": "row", "Q_BLOCK_R": rq[0], "Q_BLOCK_K": rq[1], "Q_WARPS": rq[2]}
+             if kind == "row" else
+             {"SCALES": "row", "Q_MODE": "whole_rows", "Q_BLOCK_R": wq[0], "Q_BLOCK_K": wq[1],
+              "Q_WARPS": wq[2]})
         for cfg in tiles:
-            config = {**cfg, **q, "PRECISION": "fp8_e4m3", "SCALES": kind}
+            config = {**cfg, **q, "PRECISION": "fp8_e4m3"}
             timed(f"lowered {kind}", _label(cfg),
                   lambda config=config: fp8.lowered_matmul(a, b, config, out), whole)
     base = rows[0].get("us")

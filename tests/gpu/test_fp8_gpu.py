@@ -11,7 +11,8 @@ NaN-poisoned output, the float64 reference, then the timing).
 - bf16 lowered to fp8: the error e4m3 rounding gives on the stated inputs (~0.037), well under
   the worker's lenient check, so the policy's bound decides;
 - the panel quantisation (``Q_MODE="panel"``: both operands in one launch) bit for bit the
-  two-pass one, alone and through ``lowered_matmul``, whose products are then identical;
+  two-pass one, alone and through ``lowered_matmul``, whose products are then identical; so
+  too whole rows (``Q_MODE="whole_rows"``);
 - block scaling (``SCALES="block"``): its one-pass quantisation bit for bit the definition, its
   product that of the fp8 copies it made."""
 
@@ -32,6 +33,7 @@ from kernel_templates.gemm.fp8_quant import (
     quantise_pair_panel,
     quantise_rows,
     quantise_rows_panel,
+    quantise_whole_rows,
 )
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import FP8_TOLERANCE, rel_error
@@ -135,9 +137,10 @@ def test_bf16_lowered_to_fp8(m: int, n: int, k: int, layouts: str) -> None:
     p = GemmProblem(m=m, n=n, k=k, dtype="bf16", layout_a=lay[layouts[0]],
                     layout_b=lay[layouts[1]])
     first = fp8_space.seeds(p)[0]
-    assert first["Q_MODE"] == "two_pass"
+    assert first["Q_MODE"] == "whole_rows"
     for config in fp8_space.seeds(p)[:3] + [{**first, "Q_MODE": "panel"},
-                                             {**first, "SCALES": "tensor"}]:
+                                             {**first, "Q_MODE": "two_pass"},
+                                             {**first, "Q_MODE": "two_pass", "SCALES": "tensor"}]:
         got = measure(p, config)
         assert 0.02 < got.rel_error < 0.06, (config, got.rel_error)
 
@@ -203,12 +206,24 @@ def test_a_lowered_product_quantised_in_panels_is_the_two_pass_product_on_the_gp
     config = {**fp8_space.seeds(p)[0], "Q_MODE": "panel"}
     lowered_matmul(inp.a, inp.b, {**config, "Q_MODE": "two_pass"}, inp.out)
     two_pass = inp.out.clone()
-    inp.out.fill_(float("nan"))
-    lowered_matmul(inp.a, inp.b, config, inp.out)
-    torch.cuda.synchronize()
-    assert torch.equal(inp.out, two_pass)
+    for mode in ("whole_rows", "panel"):  # the panel config last: measured below
+        inp.out.fill_(float("nan"))
+        lowered_matmul(inp.a, inp.b, {**config, "Q_MODE": mode}, inp.out)
+        torch.cuda.synchronize()
+        assert torch.equal(inp.out, two_pass), mode
     got = measure(p, config)
     assert 0.02 < got.rel_error < 0.06, (config, got.rel_error)
+
+
+@pytest.mark.parametrize(("r", "k"), [(4096, 4096), (3000, 2000), (16, 8192), (8192, 8192),
+                                     (5, 16384), (300, 100)])
+def test_whole_rows_are_bitwise_the_two_pass_path_on_the_gpu(r: int, k: int) -> None:
+    x = _gpu_operand(r, k, False, torch.bfloat16, seed=r * k)
+    want_q, want_s = quantise_rows(x, block_r=4, block_k=512, num_warps=4)
+    q, s = quantise_whole_rows(x)
+    torch.cuda.synchronize()
+    assert torch.equal(s, want_s) and float(s[1]) == 1.0
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
 
 
 @pytest.mark.parametrize(("r", "k", "transposed"), [(4096, 4096, False), (4096, 4096, True),

@@ -28,6 +28,8 @@ from kernel_templates.gemm.fp8_quant import (
     quantise_pair_panel,
     quantise_rows,
     quantise_rows_panel,
+    quantise_whole_rows,
+    whole_rows_fit,
 )
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import (
@@ -193,6 +195,24 @@ def test_panels_are_bitwise_the_two_pass_path(r: int, k: int, transposed: bool,
     assert torch.equal(via.view(torch.uint8), want_q.view(torch.uint8))
 
 
+@pytest.mark.parametrize(("r", "k"), [(37, 45), (5, 300), (6, 16)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_whole_rows_are_bitwise_the_two_pass_path(r: int, k: int, dtype: torch.dtype) -> None:
+    """One launch, each program holding whole rows (K padded to a power of two): the two-pass
+    path's bits; strided rows are refused (they go to the two passes)."""
+    x = _hard_rows(_operand(r, k, False, dtype, seed=r * k + 1))
+    want_q, want_s = quantise_rows(x, block_r=4, block_k=32, num_warps=4)
+    assert whole_rows_fit(x)
+    q, s = quantise_whole_rows(x)
+    assert q.stride(1) == 1 and q.stride(0) % 16 == 0 and tuple(q.shape) == (r, k)
+    assert torch.equal(s, want_s) and float(s[1]) == 1.0
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+    strided = _operand(r, k, True, dtype, seed=1)
+    assert not whole_rows_fit(strided)
+    with pytest.raises(ValueError, match="unit K stride"):
+        quantise_whole_rows(strided)
+
+
 @pytest.mark.parametrize("programs", [None, 3])
 def test_one_panel_launch_quantises_both_operands_bitwise(programs: int | None) -> None:
     """A as it is ([M, K], K contiguous) and B through its transpose ([N, K], rows
@@ -319,6 +339,11 @@ def test_a_lowered_product_quantised_in_panels_is_the_two_pass_product(layouts: 
     monkeypatch.setattr(fp8, "quantise", no_per_operand_pass)
     lowered_matmul(inp.a, inp.b, {**cfg, "Q_MODE": "panel"}, inp.out)
     assert torch.equal(inp.out, two_pass)
+    if layouts != "cc":  # A's rows contiguous: one of the two comes in whole rows
+        monkeypatch.undo()
+        inp.out.fill_(float("nan"))
+        lowered_matmul(inp.a, inp.b, {**cfg, "Q_MODE": "whole_rows"}, inp.out)
+        assert torch.equal(inp.out, two_pass)
     assert 0.01 < rel_error(inp.out, reference_for(inp)) < 0.06
 
 
@@ -378,7 +403,9 @@ def test_a_lowered_kernel_that_drops_a_scale_is_a_wrong_result(monkeypatch: Any)
     ({**SMALL, **QUANT, "Q_BLOCK_K": 8}, True, "Q_BLOCK_K"),
     ({**SMALL, **QUANT, "Q_WARPS": 3}, True, "Q_WARPS"),
     ({**SMALL, **QUANT, "Q_MODE": "fused"}, True,
-     r"Q_MODE must be one of \['panel', 'two_pass'\]"),
+     r"Q_MODE must be one of \['panel', 'two_pass', 'whole_rows'\]"),
+    ({**SMALL, **QUANT, "Q_MODE": "whole_rows", "SCALES": "tensor"}, True,
+     "Q_MODE='whole_rows' quantises per row; SCALES='tensor' needs Q_MODE='two_pass'"),
     ({**SMALL, **QUANT, "Q_MODE": "panel", "SCALES": "tensor"}, True,
      "Q_MODE='panel' quantises per row; SCALES='tensor' needs Q_MODE='two_pass'"),
     ({**SMALL, "Q_MODE": "panel"}, False, "unknown config keys"),
@@ -412,18 +439,19 @@ def test_block_scales_ignore_the_keys_they_do_not_use() -> None:
         m=256, n=256, k=256, dtype="bf16")) if c.name == "SCALES")
 
 
-def test_the_lowered_space_searches_two_passes_and_panels_may_be_pinned() -> None:
+def test_the_lowered_space_searches_whole_rows_and_panels_may_be_pinned() -> None:
     # panels measured slower than two passes on an H100 (docs/benchmarks/
-    # precision_quant_h100_2026-11-25.md): the search and the seeds quantise in two passes
+    # precision_quant_h100_2026-11-25.md): the search tries two passes and whole rows
     p = GemmProblem(m=4096, n=4096, k=4096, dtype="bf16")
-    assert "Q_MODE" not in {c.name for c in fp8_space.space(p)}
-    assert "Q_MODE" not in fp8_space.params(p)
+    modes = next(c.values for c in fp8_space.space(p) if c.name == "Q_MODE")
+    assert set(modes) == {"two_pass", "whole_rows"} and "Q_MODE" in fp8_space.params(p)
     seeds = fp8_space.seeds(p)
-    assert seeds and all(s["Q_MODE"] == "two_pass" for s in seeds)
-    # block scales first (each operand read once), then per-row scales
-    assert seeds[0]["SCALES"] == "block" and fp8_space.violations(p, seeds[0],
-                                                                  DeviceLimits()) == []
-    row = next(s for s in seeds if s["SCALES"] == "row")
+    assert seeds and all(s["Q_MODE"] != "panel" for s in seeds)
+    assert all(fp8_space.violations(p, s, DeviceLimits()) == [] for s in seeds)
+    # whole rows first (A read once), block scales among the first dozen
+    assert seeds[0]["Q_MODE"] == "whole_rows" and seeds[0]["SCALES"] == "row"
+    assert any(s["SCALES"] == "block" for s in seeds)
+    row = seeds[0]
     pinned = check_config({**row, "Q_MODE": "panel"}, lowered=True)
     assert pinned["Q_MODE"] == "panel"
     tensor = {**row, "SCALES": "tensor", "Q_MODE": "panel"}

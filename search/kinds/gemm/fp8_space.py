@@ -61,12 +61,14 @@ SCALES = ("row", "tensor", "block")
 SCALE_GROUP = 128
 #: How the operands are quantised (``kernel_templates.gemm.fp8_quant``): ``"panel"`` is per
 #: row only.
-Q_MODES = ("panel", "two_pass")
+Q_MODES = ("panel", "two_pass", "whole_rows")
+#: The modes the search tries (panels measured slower: a mode a configuration may pin).
+SEARCHED_Q_MODES = ("two_pass", "whole_rows")
 
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "PERSISTENT",
           "num_ctas", "FAST_ACC", "TMA_STORE")
 #: The quantisation's keys (lowered candidates only).
-Q_PARAMS = ("SCALES", "Q_BLOCK_R", "Q_BLOCK_K", "Q_WARPS")
+Q_PARAMS = ("SCALES", "Q_MODE", "Q_BLOCK_R", "Q_BLOCK_K", "Q_WARPS")
 #: Keys beyond ``PARAMS`` and the value each takes when absent.
 DEFAULTS: dict[str, Any] = {"PERSISTENT": 0, "num_ctas": 1, "FAST_ACC": 0, "TMA_STORE": 0}
 LOWERED_DEFAULTS: dict[str, Any] = {"PRECISION": LOWERED, "SCALES": "row", "Q_MODE": "two_pass",
@@ -140,6 +142,7 @@ def space(problem: GemmProblem) -> tuple[Choice, ...]:
     ]
     if lowered(problem):
         dims += [Choice("SCALES", SCALES),  # type: ignore[arg-type]
+                 Choice("Q_MODE", SEARCHED_Q_MODES),  # type: ignore[arg-type]
                  Choice("Q_BLOCK_R", (8, 16, 32, 64, 128)),
                  Choice("Q_BLOCK_K", (32, 64, 128, 256, 512)),
                  Choice("Q_WARPS", (2, 4, 8))]
@@ -203,8 +206,9 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
 def q_mode_refusal(config: dict[str, Any]) -> str | None:
     """Why a lowered ``config``'s quantisation mode cannot serve its scales (``None``: it
     can): panels reduce each row's amax in one program, so they make per-row scales only."""
-    if config.get("Q_MODE", "two_pass") == "panel" and config.get("SCALES", "row") != "row":
-        return (f"Q_MODE='panel' quantises per row; SCALES={config.get('SCALES')!r} needs "
+    mode = config.get("Q_MODE", "two_pass")
+    if mode in ("panel", "whole_rows") and config.get("SCALES", "row") != "row":
+        return (f"Q_MODE={mode!r} quantises per row; SCALES={config.get('SCALES')!r} needs "
                 "Q_MODE='two_pass'")
     return None
 
@@ -285,14 +289,16 @@ def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
     big = problem.m * problem.n >= 132 * 128 * 128
     ordered = _BIG + _SMALL if big else _SMALL + _BIG
     out: list[dict[str, Any]] = []
-    if lowered(problem):
-        for base in (_BLOCK_BIG + _BLOCK_SMALL if big else _BLOCK_SMALL + _BLOCK_BIG)[:2]:
-            for extra in (dict(PERSISTENT=0), dict(PERSISTENT=1, TMA_STORE=1)):
-                out.append({**base, **extra, "SCALES": "block"})
     for base in ordered:
         for extra in (dict(PERSISTENT=0, FAST_ACC=0), dict(PERSISTENT=1, FAST_ACC=1, TMA_STORE=1),
                       dict(PERSISTENT=1, FAST_ACC=0, TMA_STORE=1), dict(PERSISTENT=0, FAST_ACC=1)):
             out.append({**base, **extra})
+    if lowered(problem):
+        # whole rows first (the operand with contiguous rows read once), then block scales
+        out = ([{**s, "Q_MODE": "whole_rows"} for s in out[:8]]
+               + [{**base, "PERSISTENT": 1, "TMA_STORE": 1, "SCALES": "block"}
+                  for base in (_BLOCK_BIG if big else _BLOCK_SMALL)[:2]]
+               + out)
     legal = {c.name: set(c.values) for c in space(problem)}
     is_lowered = lowered(problem)
     done = [complete(s, is_lowered) for s in out]
