@@ -188,12 +188,15 @@ class Flow:
     # -- workers --------------------------------------------------------------------------------
     def register_worker(self, name: str, device: Device,
                         declared: Mapping[str, dict[str, Any]] | None = None,
-                        secret: str | None = None) -> tuple[WorkerRecord, str | None]:
+                        secret: str | None = None, identity: str | None = None
+                        ) -> tuple[WorkerRecord, str | None]:
         """Register (or re-register) a worker; each catalogue it declares (by
         ``"<kind>/<backend>"``, validated by ``RegisterIn``) becomes its GPU model's
         (``search.kinds.gemm.library`` reads the CUTLASS one). A name registered with a secret
-        is re-registered only with it (403 otherwise); the first registration returns the
-        secret it issued (only its digest is stored), later ones None."""
+        is re-registered only with it, and one registered with a worker token (``identity``:
+        the name of the call's) only with a token of that identity (403 otherwise); the first
+        registration returns the secret it issued (only its digest is stored), later ones
+        None."""
         now = self.clock()
         with self.db.session() as s:
             known = workers.by_name(s, name)
@@ -202,10 +205,14 @@ class Flow:
                 issued = secrets.token_urlsafe(32)
             elif not same_secret(secret, known.secret_sha256):
                 raise _taken(name)
+            if known is not None and identity is not None:
+                _same_identity(known, identity)
             worker = workers.register(s, name, device.gpu_model, device.to_dict(), now,
-                                      digest(issued) if issued else None)
+                                      digest(issued) if issued else None, identity)
             if issued is not None and worker.secret_sha256 != digest(issued):
                 raise _taken(name)  # a concurrent first registration of the name won
+            if identity is not None:
+                _same_identity(worker, identity)  # or a concurrent one under another token
             for key, body in (declared or {}).items():
                 catalogues.declare(s, device.gpu_model, key, catalogues.digest_of(body), body,
                                    worker.id, now)
@@ -521,6 +528,14 @@ def _known_worker(s: Session, worker_id: int, check: CheckWorker | None) -> Work
     if check is not None:
         check(worker)
     return worker
+
+
+def _same_identity(worker: WorkerRecord, identity: str) -> None:
+    """A worker registered with a worker token re-registers only with a token of its identity."""
+    if worker.token_name not in (None, identity):
+        raise Forbidden(f"worker name {worker.name!r} is registered with the worker token "
+                        f"{worker.token_name!r}, not {identity!r}: re-register it with that "
+                        "token, or choose another name (KS_WORKER_NAME) for this host's worker")
 
 
 def _taken(name: str) -> Forbidden:
