@@ -248,7 +248,9 @@ class Flow:
             usable = [b for b in job.bound_backends or () if b in device.backends]
             with self.db.session() as s:
                 got = cands.lease_pending(s, job.id, usable, max_candidates - len(granted),
-                                          lease_id, worker_id, expires)
+                                          lease_id, worker_id, expires,
+                                          by_identity=self.settings.distinct_confirmers,
+                                          token_name=worker.token_name)
                 if got and not granted:
                     cands.create_lease(s, lease_id, worker_id, now, expires)
             granted += [Candidate(job.problem, c.backend, c.config, c.id, c.task) for c in got]
@@ -273,7 +275,9 @@ class Flow:
             if _seen_long_ago(worker, now):
                 workers.touch(s, worker_id, now)
             got = cands.lease_pending_of_model(s, worker.gpu_model, device.backends,
-                                               max_candidates, lease_id, worker_id, expires)
+                                               max_candidates, lease_id, worker_id, expires,
+                                               by_identity=self.settings.distinct_confirmers,
+                                               token_name=worker.token_name)
             if got:
                 cands.create_lease(s, lease_id, worker_id, now, expires)
             problems = jobs.problems_of(s, [c.problem_id for c in got])
@@ -346,7 +350,8 @@ class Flow:
         for candidate_id, measurement in results:
             with self.db.session() as s:
                 got = store(s, worker, lease_id, candidate_id, measurement, now := self.clock(),
-                            self.settings.implausible_below)
+                            self.settings.implausible_below,
+                            across_identities=self.settings.distinct_confirmers)
                 if got.refused is None:
                     workers.touch(s, worker.id, now)
             if got.cand is None or got.job is None or got.refused is not None:
@@ -377,7 +382,8 @@ class Flow:
             shared = Shared()
             for candidate_id, measurement in sorted(results, key=lambda r: r[0]):
                 got = store(s, worker, lease_id, candidate_id, measurement, self.clock(),
-                            self.settings.implausible_below, shared)
+                            self.settings.implausible_below, shared,
+                            self.settings.distinct_confirmers)
                 if got.cand is not None and (got.refused is None or got.stored is not None):
                     marked.add(got.cand.job_id)  # stored, or a repeat: the planner tells
                 if got.cand is None or got.job is None or got.refused is not None:
