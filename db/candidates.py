@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import case, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from db.models import CandidateRow, JobRow, LeaseRow, MeasurementRow
+from db.models import CandidateRow, JobRow, LeaseRow, MeasurementRow, WorkerRow
 from db.records import (
     ACTIVE_JOB,
     OUTSTANDING,
@@ -150,9 +150,12 @@ def expire_stale(session: Session, now: datetime, max_attempts: int) -> list[Exp
 
 
 def lease_pending(session: Session, job_id: int, backends: Sequence[str], limit: int,
-                  lease_id: str, worker_id: int, expires_at: datetime) -> list[CandidateRecord]:
+                  lease_id: str, worker_id: int, expires_at: datetime, *,
+                  by_identity: bool = False, token_name: str | None = None
+                  ) -> list[CandidateRecord]:
     """Lease up to ``limit`` pending candidates of the job whose backend is in ``backends``,
-    and its pending tasks (tasks and library candidates before custom trials)."""
+    and its pending tasks (tasks and library candidates before custom trials); none whose
+    result the worker may not re-check (:func:`_not_held_by`)."""
     if limit <= 0:
         return []
     rows = list(session.scalars(
@@ -160,7 +163,7 @@ def lease_pending(session: Session, job_id: int, backends: Sequence[str], limit:
         .where(CandidateRow.job_id == job_id,
                CandidateRow.status == CandidateStatus.PENDING.value,
                or_(CandidateRow.backend.in_(list(backends)), CandidateRow.task.is_not(None)),
-               _not_held_by(worker_id))
+               _not_held_by(worker_id, by_identity, token_name))
         .order_by(case((CandidateRow.tier.is_(None), 0), else_=1), CandidateRow.id)
         .limit(limit)
         .with_for_update(skip_locked=True)))
@@ -168,7 +171,8 @@ def lease_pending(session: Session, job_id: int, backends: Sequence[str], limit:
 
 
 def lease_pending_of_model(session: Session, gpu_model: str, backends: Sequence[str],
-                           limit: int, lease_id: str, worker_id: int, expires_at: datetime
+                           limit: int, lease_id: str, worker_id: int, expires_at: datetime,
+                           *, by_identity: bool = False, token_name: str | None = None
                            ) -> list[CandidateRecord]:
     """Lease up to ``limit`` pending candidates of the running jobs bound to ``gpu_model``, in
     one statement: the oldest job's first, and in a job its tasks and library candidates
@@ -182,7 +186,7 @@ def lease_pending_of_model(session: Session, gpu_model: str, backends: Sequence[
         .where(JobRow.status == JobStatus.RUNNING.value, JobRow.bound_gpu == gpu_model,
                CandidateRow.status == CandidateStatus.PENDING.value,
                or_(CandidateRow.backend.in_(list(backends)), CandidateRow.task.is_not(None)),
-               _not_held_by(worker_id))
+               _not_held_by(worker_id, by_identity, token_name))
         .order_by(CandidateRow.job_id, case((CandidateRow.tier.is_(None), 0), else_=1),
                   CandidateRow.id)
         .limit(limit)
@@ -190,11 +194,22 @@ def lease_pending_of_model(session: Session, gpu_model: str, backends: Sequence[
     return _hand_out(session, rows, lease_id, worker_id, expires_at)
 
 
-def _not_held_by(worker_id: int) -> Any:
-    """Not a candidate whose result this worker reported held (another worker re-checks it)."""
-    return ~exists().where(MeasurementRow.candidate_id == CandidateRow.id,
-                           MeasurementRow.worker_id == worker_id,
-                           MeasurementRow.status == Status.HELD.value)
+def _not_held_by(worker_id: int, by_identity: bool = False, token_name: str | None = None
+                 ) -> Any:
+    """Not a candidate whose result this worker reported held (another worker re-checks it);
+    with ``by_identity`` (more than one worker token), not one whose held result came from a
+    worker of the leasing worker's token identity ``token_name`` or of none recorded (a worker
+    of another identity re-checks it; one of none re-checks nothing:
+    ``service.plausibility.confirms_across``)."""
+    held = exists().where(MeasurementRow.candidate_id == CandidateRow.id,
+                          MeasurementRow.status == Status.HELD.value)
+    if not by_identity:
+        return ~held.where(MeasurementRow.worker_id == worker_id)
+    if token_name is None:
+        return ~held
+    other = exists().where(WorkerRow.id == MeasurementRow.worker_id,
+                           WorkerRow.token_name.is_not(None), WorkerRow.token_name != token_name)
+    return ~held.where(~other)
 
 
 def _hand_out(session: Session, rows: list[CandidateRow], lease_id: str, worker_id: int,

@@ -69,6 +69,11 @@ class WorkerRow(Base):
     #: SHA-256 hex digest of the secret issued at the first registration (NULL: registered
     #: before secrets existed; the next registration issues one)
     secret_sha256: Mapped[str | None] = mapped_column(String(64))
+    #: the name of the worker token it registered with (``KS_WORKER_TOKENS``, ``default`` for
+    #: ``KS_WORKER_TOKEN``): its later calls need that token; NULL: registered while worker
+    #: endpoints were open, or before token identities existed (its next registration records
+    #: one)
+    token_name: Mapped[str | None] = mapped_column(String(64))
 
 
 class CatalogueRow(Base):

@@ -53,11 +53,12 @@ class WorkerRecord:
     registered_at: datetime
     last_seen: datetime
     secret_sha256: str | None = field(default=None, repr=False)
+    token_name: str | None = None
 
     @classmethod
     def of(cls, row: WorkerRow) -> WorkerRecord:
         return cls(row.id, row.name, row.gpu_model, dict(row.device), row.registered_at,
-                   row.last_seen, row.secret_sha256)
+                   row.last_seen, row.secret_sha256, row.token_name)
 
 
 @dataclass(frozen=True)

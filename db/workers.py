@@ -19,21 +19,25 @@ def by_name(session: Session, name: str) -> WorkerRecord | None:
 
 
 def register(session: Session, name: str, gpu_model: str, device: dict[str, Any],
-             now: datetime, secret_sha256: str | None = None) -> WorkerRecord:
+             now: datetime, secret_sha256: str | None = None,
+             token_name: str | None = None) -> WorkerRecord:
     """Create the worker ``name`` or refresh its device fingerprint (a restarted worker);
-    ``secret_sha256`` is kept only where the worker has none yet (the caller checks the
-    record's: a concurrent first registration may have set another)."""
+    ``secret_sha256`` and ``token_name`` are kept only where the worker has none yet (the
+    caller checks the record's: a concurrent first registration may have set others)."""
     row = session.scalars(select(WorkerRow).where(WorkerRow.name == name)).first()
     if row is None:
         try:
             with session.begin_nested():
                 row = WorkerRow(name=name, gpu_model=gpu_model, device=device,
-                                registered_at=now, last_seen=now, secret_sha256=secret_sha256)
+                                registered_at=now, last_seen=now, secret_sha256=secret_sha256,
+                                token_name=token_name)
                 session.add(row)
         except IntegrityError:
             row = session.scalars(select(WorkerRow).where(WorkerRow.name == name)).one()
     if row.secret_sha256 is None:
         row.secret_sha256 = secret_sha256
+    if row.token_name is None:
+        row.token_name = token_name
     row.gpu_model = gpu_model
     row.device = device
     row.last_seen = now

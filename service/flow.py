@@ -188,12 +188,15 @@ class Flow:
     # -- workers --------------------------------------------------------------------------------
     def register_worker(self, name: str, device: Device,
                         declared: Mapping[str, dict[str, Any]] | None = None,
-                        secret: str | None = None) -> tuple[WorkerRecord, str | None]:
+                        secret: str | None = None, identity: str | None = None
+                        ) -> tuple[WorkerRecord, str | None]:
         """Register (or re-register) a worker; each catalogue it declares (by
         ``"<kind>/<backend>"``, validated by ``RegisterIn``) becomes its GPU model's
         (``search.kinds.gemm.library`` reads the CUTLASS one). A name registered with a secret
-        is re-registered only with it (403 otherwise); the first registration returns the
-        secret it issued (only its digest is stored), later ones None."""
+        is re-registered only with it, and one registered with a worker token (``identity``:
+        the name of the call's) only with a token of that identity (403 otherwise); the first
+        registration returns the secret it issued (only its digest is stored), later ones
+        None."""
         now = self.clock()
         with self.db.session() as s:
             known = workers.by_name(s, name)
@@ -202,10 +205,14 @@ class Flow:
                 issued = secrets.token_urlsafe(32)
             elif not same_secret(secret, known.secret_sha256):
                 raise _taken(name)
+            if known is not None and identity is not None:
+                _same_identity(known, identity)
             worker = workers.register(s, name, device.gpu_model, device.to_dict(), now,
-                                      digest(issued) if issued else None)
+                                      digest(issued) if issued else None, identity)
             if issued is not None and worker.secret_sha256 != digest(issued):
                 raise _taken(name)  # a concurrent first registration of the name won
+            if identity is not None:
+                _same_identity(worker, identity)  # or a concurrent one under another token
             for key, body in (declared or {}).items():
                 catalogues.declare(s, device.gpu_model, key, catalogues.digest_of(body), body,
                                    worker.id, now)
@@ -241,7 +248,9 @@ class Flow:
             usable = [b for b in job.bound_backends or () if b in device.backends]
             with self.db.session() as s:
                 got = cands.lease_pending(s, job.id, usable, max_candidates - len(granted),
-                                          lease_id, worker_id, expires)
+                                          lease_id, worker_id, expires,
+                                          by_identity=self.settings.distinct_confirmers,
+                                          token_name=worker.token_name)
                 if got and not granted:
                     cands.create_lease(s, lease_id, worker_id, now, expires)
             granted += [Candidate(job.problem, c.backend, c.config, c.id, c.task) for c in got]
@@ -266,7 +275,9 @@ class Flow:
             if _seen_long_ago(worker, now):
                 workers.touch(s, worker_id, now)
             got = cands.lease_pending_of_model(s, worker.gpu_model, device.backends,
-                                               max_candidates, lease_id, worker_id, expires)
+                                               max_candidates, lease_id, worker_id, expires,
+                                               by_identity=self.settings.distinct_confirmers,
+                                               token_name=worker.token_name)
             if got:
                 cands.create_lease(s, lease_id, worker_id, now, expires)
             problems = jobs.problems_of(s, [c.problem_id for c in got])
@@ -339,7 +350,8 @@ class Flow:
         for candidate_id, measurement in results:
             with self.db.session() as s:
                 got = store(s, worker, lease_id, candidate_id, measurement, now := self.clock(),
-                            self.settings.implausible_below)
+                            self.settings.implausible_below,
+                            across_identities=self.settings.distinct_confirmers)
                 if got.refused is None:
                     workers.touch(s, worker.id, now)
             if got.cand is None or got.job is None or got.refused is not None:
@@ -370,7 +382,8 @@ class Flow:
             shared = Shared()
             for candidate_id, measurement in sorted(results, key=lambda r: r[0]):
                 got = store(s, worker, lease_id, candidate_id, measurement, self.clock(),
-                            self.settings.implausible_below, shared)
+                            self.settings.implausible_below, shared,
+                            self.settings.distinct_confirmers)
                 if got.cand is not None and (got.refused is None or got.stored is not None):
                     marked.add(got.cand.job_id)  # stored, or a repeat: the planner tells
                 if got.cand is None or got.job is None or got.refused is not None:
@@ -521,6 +534,14 @@ def _known_worker(s: Session, worker_id: int, check: CheckWorker | None) -> Work
     if check is not None:
         check(worker)
     return worker
+
+
+def _same_identity(worker: WorkerRecord, identity: str) -> None:
+    """A worker registered with a worker token re-registers only with a token of its identity."""
+    if worker.token_name not in (None, identity):
+        raise Forbidden(f"worker name {worker.name!r} is registered with the worker token "
+                        f"{worker.token_name!r}, not {identity!r}: re-register it with that "
+                        "token, or choose another name (KS_WORKER_NAME) for this host's worker")
 
 
 def _taken(name: str) -> Forbidden:

@@ -6,26 +6,36 @@ GPU model is stored with status ``held`` (never served by ``/v1/best`` or chosen
 which read ``ok`` measurements only) and its candidate goes back to the queue for any other
 worker. A re-measurement within :data:`CONFIRM_TOLERANCE` of the held time releases it (status
 ``ok``); any other outcome keeps it held, and the job's view says why.
+
+With more than one worker token configured (``KS_WORKER_TOKENS``, ``service.settings``) the
+other worker must also be of another token identity (:func:`confirms_across`): workers of the
+held result's identity are not leased its candidate, and a re-measurement by one anyway
+(its lease taken before the identities changed) is refused and the candidate queued again, so
+one token holder cannot confirm its own result under a second worker name. With one identity
+or none, any other worker confirms.
 """
 
 from __future__ import annotations
 
-from db.records import CalibrationRecord, JobRecord, MeasurementRecord
+from db.records import CalibrationRecord, JobRecord, MeasurementRecord, WorkerRecord
 from search.decision import Policy
 from search.roofline import Calibration, roofline
 from search.types import Measurement
 
-__all__ = ["CONFIRM_TOLERANCE", "agrees", "verdict", "why_held"]
+__all__ = ["CONFIRM_TOLERANCE", "agrees", "confirms_across", "same_identity", "verdict",
+           "why_held"]
 
 #: Two times agree when they differ by at most this share of the larger.
 CONFIRM_TOLERANCE = 0.10
 
 
 def why_held(job: JobRecord, gpu_model: str, measurement: Measurement,
-             precision: str | None, share: float, cal: CalibrationRecord | None) -> str | None:
+             precision: str | None, share: float, cal: CalibrationRecord | None,
+             across_identities: bool = False) -> str | None:
     """Why ``measurement`` (an ok kernel result on ``gpu_model``) is held, or None: it beats
     ``share`` of the roofline's time on ``cal``, that model's latest calibration (none, or one
-    made on the interpreter: never held)."""
+    made on the interpreter: never held). ``across_identities``: only a worker of another
+    token identity confirms it."""
     if share <= 0 or not measurement.ok or measurement.median_us is None:
         return None
     if cal is None or cal.env.get("mode") == "interpreter":
@@ -41,7 +51,27 @@ def why_held(job: JobRecord, gpu_model: str, measurement: Measurement,
         return None
     return (f"held: {measurement.median_us:.3g} us is under {share:g} x the roofline's "
             f"{floor.attainable_us:.3g} us on {gpu_model}; queued for re-measurement by "
-            "another worker")
+            + ("a worker of another token identity" if across_identities
+               else "another worker"))
+
+
+def confirms_across(held_by: WorkerRecord | None, worker: WorkerRecord) -> bool:
+    """Whether ``worker``'s re-measurement may confirm a result ``held_by`` reported, where
+    confirmations must come from another token identity: both identities known, and not the
+    same. A worker of no recorded identity (registered while worker endpoints were open, or
+    before identities existed) confirms nothing and is confirmed by nobody until it
+    re-registers."""
+    return (held_by is not None and held_by.token_name is not None
+            and worker.token_name is not None and held_by.token_name != worker.token_name)
+
+
+def same_identity(candidate_id: int, held_by: WorkerRecord | None,
+                  worker: WorkerRecord) -> str:
+    """Why ``worker``'s re-measurement of a held result is refused (:func:`confirms_across`)."""
+    theirs = held_by.token_name if held_by is not None else None
+    return (f"candidate {candidate_id}: its held result came from a worker of token identity "
+            f"{theirs!r} and this worker's is {worker.token_name!r}; a re-measurement must "
+            "come from a worker of another identity, so it went back to the queue for one")
 
 
 def agrees(held: MeasurementRecord, again: Measurement) -> bool:

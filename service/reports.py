@@ -12,7 +12,7 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from db import calibrations, jobs, measurements
+from db import calibrations, jobs, measurements, workers
 from db import candidates as cands
 from db.records import (
     CalibrationRecord,
@@ -67,10 +67,12 @@ class Shared:
 
 def store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
           measurement: Measurement, now: datetime, implausible_below: float,
-          shared: Shared | None = None) -> Stored:
+          shared: Shared | None = None, across_identities: bool = False) -> Stored:
     """Store one result under the candidate's row lock, unless it is refused; a kernel faster
-    than the roofline allows is stored held (``service.plausibility``). The caller marks the
-    worker seen (``workers.touch``) for what was stored."""
+    than the roofline allows is stored held (``service.plausibility``), and with
+    ``across_identities`` (more than one worker token) it is confirmed only by a worker of
+    another token identity. The caller marks the worker seen (``workers.touch``) for what was
+    stored."""
     shared = shared if shared is not None else Shared()
     cand = cands.get_candidate(s, candidate_id, lock=True)
     job = shared.job(s, cand.job_id) if cand is not None else None
@@ -91,6 +93,13 @@ def store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
         measurement = Policy.from_dict(job.policy).judge(measurement, precision)
     if (stored is not None and stored.status == Status.HELD and reason is None
             and stored.worker_id != worker.id):
+        if across_identities:
+            held_by = (workers.get_worker(s, stored.worker_id)
+                       if stored.worker_id is not None else None)
+            if not plausibility.confirms_across(held_by, worker):
+                if cand.status == CandidateStatus.LEASED:
+                    cands.requeue_for_recheck(s, cand.id)
+                return Stored(cand, job, plausibility.same_identity(cand.id, held_by, worker))
         return _recheck(s, cand, job, worker, stored, measurement)
     if stored is not None:
         return Stored(cand, job, DUPLICATE.format(id=candidate_id), stored)
@@ -98,7 +107,8 @@ def store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
     if cand.backend is not None:
         held = plausibility.why_held(job, worker.gpu_model, measurement, precision,
                                      implausible_below,
-                                     shared.calibration(s, worker.gpu_model))
+                                     shared.calibration(s, worker.gpu_model),
+                                     across_identities)
         if held is not None:
             log.warning("candidate %s of job %s from worker %s %s", cand.id, job.id,
                         worker.id, held)

@@ -5,16 +5,21 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from service.tokens import UserToken, parse_tokens
+from service.tokens import UserToken, digest, parse_tokens, parse_worker_tokens
+
+#: The token identity of ``KS_WORKER_TOKEN`` among the worker tokens.
+DEFAULT_WORKER = "default"
 
 
 class ServiceSettings(BaseSettings):
     """How the API stores its data and hands out work."""
 
-    model_config = SettingsConfigDict(env_prefix="KS_", extra="ignore")
+    #: an error names the field and the rule, never the value (tokens are among them)
+    model_config = SettingsConfigDict(env_prefix="KS_", extra="ignore",
+                                      hide_input_in_errors=True)
 
     database_url: str = Field(
         "sqlite:///kernelsearch.db",
@@ -36,7 +41,14 @@ class ServiceSettings(BaseSettings):
         6, ge=0, le=64, description="CUTLASS library candidates a job measures (its best-ranked"
         " ops at default knobs); 0: none")
     worker_token: str | None = Field(
-        None, description="if set, worker endpoints require 'Authorization: Bearer <token>'")
+        None, description="if set, worker endpoints require 'Authorization: Bearer <token>' "
+        "with it or one of KS_WORKER_TOKENS; its token identity is named 'default'")
+    worker_tokens: Annotated[tuple[UserToken, ...], NoDecode] = Field(
+        (), description="named worker tokens, comma-separated 'name:token' entries (one per "
+        "host or party running workers; service.tokens), accepted beside KS_WORKER_TOKEN. A "
+        "worker keeps the identity (the name) of the token it registered with; with more than "
+        "one identity a held result is confirmed only by a worker of another identity. Kept "
+        "as SHA-256 digests only")
     api_tokens: Annotated[tuple[UserToken, ...], NoDecode] = Field(
         (), description="users' tokens, comma-separated 'name:token' or 'name:token:admin' "
         "entries (service.tokens); when any is set every write needs 'Authorization: Bearer "
@@ -74,12 +86,45 @@ class ServiceSettings(BaseSettings):
             return parse_tokens(value)
         return value
 
+    @field_validator("worker_tokens", mode="before")
+    @classmethod
+    def _worker_tokens(cls, value: Any) -> Any:
+        if isinstance(value, str) or (isinstance(value, list | tuple)
+                                      and all(isinstance(v, str) for v in value)):
+            return parse_worker_tokens(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_identity_per_token(self) -> ServiceSettings:
+        if self.worker_token and self.worker_tokens:
+            if any(t.name == DEFAULT_WORKER for t in self.worker_tokens):
+                raise ValueError(f"KS_WORKER_TOKENS: the name {DEFAULT_WORKER!r} is "
+                                 "KS_WORKER_TOKEN's; choose another")
+            if any(t.sha256 == digest(self.worker_token) for t in self.worker_tokens):
+                raise ValueError("KS_WORKER_TOKENS: an entry has KS_WORKER_TOKEN's token; "
+                                 "each identity needs its own")
+        return self
+
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _origins(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(o.strip() for o in value.split(",") if o.strip())
         return value
+
+    @property
+    def worker_identities(self) -> tuple[UserToken, ...]:
+        """The worker tokens by identity: KS_WORKER_TOKENS' and KS_WORKER_TOKEN's
+        (``default``); none: worker endpoints are open."""
+        single = ((UserToken(DEFAULT_WORKER, digest(self.worker_token)),)
+                  if self.worker_token else ())
+        return self.worker_tokens + single
+
+    @property
+    def distinct_confirmers(self) -> bool:
+        """Whether a held result needs a worker of another token identity to confirm it (more
+        than one identity configured), not just another worker."""
+        return len(self.worker_tokens) + bool(self.worker_token) > 1
 
     @property
     def plugin_modules(self) -> tuple[str, ...]:

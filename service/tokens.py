@@ -1,10 +1,16 @@
-"""Users' API tokens: parsed from ``KS_API_TOKENS`` and kept only as SHA-256 digests.
+"""Users' API tokens (``KS_API_TOKENS``) and named worker tokens (``KS_WORKER_TOKENS``), kept
+only as SHA-256 digests.
 
 The setting is a comma-separated list of ``name:token`` or ``name:token:admin`` entries, e.g.
 ``KS_API_TOKENS="alice:5f2c...:admin,bob:9a1e..."``. A name is what jobs record as their owner
 (letters, digits, ``._-``); a token is at least 16 characters and holds no ``:`` or ``,``. The
 raw tokens never leave :func:`parse_tokens`: a presented token is hashed and compared with each
 digest in constant time (``hmac.compare_digest``).
+
+``KS_WORKER_TOKENS`` lists ``name:token`` entries by the same rules (no ``admin``), one per
+party running workers (a host, a team member); no two share a token. The name of the token a
+worker registered with is its token identity: with more than one identity configured, a held
+result is confirmed only by a worker of another identity (``service.plausibility``).
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["MIN_TOKEN_LENGTH", "UserToken", "digest", "match", "parse_tokens", "same_secret"]
+__all__ = ["MIN_TOKEN_LENGTH", "UserToken", "digest", "match", "parse_tokens",
+           "parse_worker_tokens", "same_secret"]
 
 MIN_TOKEN_LENGTH = 16
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -38,16 +45,20 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def parse_tokens(value: str | Iterable[str]) -> tuple[UserToken, ...]:
+def parse_tokens(value: str | Iterable[str], setting: str = "KS_API_TOKENS",
+                 admin: bool = True) -> tuple[UserToken, ...]:
     """``name:token[:admin]`` entries (a comma-separated string or a list) as digests; a
-    malformed entry raises ``ValueError`` naming its position and the rule, never the token."""
+    malformed entry raises ``ValueError`` naming ``setting``, the entry's position and the
+    rule, never the token. Without ``admin`` an entry is ``name:token`` only."""
     entries = value.split(",") if isinstance(value, str) else list(value)
     out: list[UserToken] = []
     for i, raw in enumerate(e.strip() for e in entries):
         if not raw:
             continue
         parts = raw.split(":")
-        where = f"KS_API_TOKENS entry {i + 1}"
+        where = f"{setting} entry {i + 1}"
+        if not admin and len(parts) != 2:
+            raise ValueError(f"{where}: expected name:token")
         if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "admin"):
             raise ValueError(f"{where}: expected name:token or name:token:admin")
         name, token = parts[0], parts[1]
@@ -60,6 +71,18 @@ def parse_tokens(value: str | Iterable[str]) -> tuple[UserToken, ...]:
             raise ValueError(f"{where}: the name {name!r} is listed twice")
         out.append(UserToken(name, digest(token), admin=len(parts) == 3))
     return tuple(out)
+
+
+def parse_worker_tokens(value: str | Iterable[str]) -> tuple[UserToken, ...]:
+    """``KS_WORKER_TOKENS``: ``name:token`` entries as digests, by :func:`parse_tokens`'s
+    rules; two names with one token are refused too (they would be one identity)."""
+    out = parse_tokens(value, "KS_WORKER_TOKENS", admin=False)
+    for i, t in enumerate(out):
+        twin = next((u for u in out[:i] if u.sha256 == t.sha256), None)
+        if twin is not None:
+            raise ValueError(f"KS_WORKER_TOKENS: {twin.name!r} and {t.name!r} have the same "
+                             "token; each identity needs its own")
+    return out
 
 
 def same_secret(secret: str | None, sha256: str) -> bool:

@@ -7,7 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path
 
 from search.types import Device, Measurement
-from service.auth import WorkerAuth, WorkerCheck, WorkerSecretAuth, worker_secret_header
+from service.auth import (
+    WorkerAuth,
+    WorkerCheck,
+    WorkerIdentity,
+    WorkerSecretAuth,
+    worker_secret_header,
+)
 from service.deps import FlowDep
 from service.responses import WORKER, answers
 from service.schemas import (
@@ -28,13 +34,14 @@ LeaseId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9
 
 
 @router.post("/register", response_model=RegisterOut, responses=answers(*WORKER))
-def register(body: RegisterIn, flow: FlowDep,
+def register(body: RegisterIn, flow: FlowDep, identity: WorkerIdentity,
              secret: Annotated[str | None, Depends(worker_secret_header)] = None) -> RegisterOut:
     """Register a worker, or re-register it (a restart) with its ``X-Worker-Secret``. The first
     registration of a name returns ``worker_secret``, once: keep it, send it with every call
-    under the worker's id."""
+    under the worker's id. The worker keeps the identity of the worker token it registered
+    with: its later calls need a token of that identity."""
     device = Device.from_dict(body.device.model_dump())
-    worker, issued = flow.register_worker(body.name, device, body.catalogues, secret)
+    worker, issued = flow.register_worker(body.name, device, body.catalogues, secret, identity)
     return RegisterOut(worker_id=worker.id, gpu_model=worker.gpu_model, worker_secret=issued)
 
 

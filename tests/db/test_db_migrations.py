@@ -24,11 +24,11 @@ def _tables(url: str) -> set[str]:
 def test_upgrade_head_twice_is_a_noop(database_url: str) -> None:
     assert current(database_url) is None
     upgrade(database_url)
-    assert current(database_url) == "0010"
+    assert current(database_url) == "0011"
     tables = _tables(database_url)
     assert OURS | {VERSION_TABLE} <= tables and "alembic_version" not in tables
     upgrade(database_url)
-    assert current(database_url) == "0010" and _tables(database_url) == tables
+    assert current(database_url) == "0011" and _tables(database_url) == tables
     command.check(alembic_config(database_url))  # the models match the migrations
 
 
@@ -42,7 +42,7 @@ def test_coexists_with_optuna_storage(database_url: str) -> None:
         upgrade(database_url)
         tables = _tables(database_url)
         assert {"alembic_version", "studies", "trials", VERSION_TABLE} | OURS <= tables
-        assert current(database_url) == "0010"
+        assert current(database_url) == "0011"
         assert len(optuna.load_study(study_name="s", storage=storage).trials) == 1
     finally:
         storage.engine.dispose()
