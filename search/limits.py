@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 __all__ = ["DeviceLimits", "limits_for"]
 
+#: The shared memory the interpreter's limits allow (no real limit).
+INTERPRETER_SMEM = 1 << 30
+
 
 @dataclass(frozen=True)
 class DeviceLimits:
@@ -25,9 +28,14 @@ class DeviceLimits:
         major = self.cc.split(".")[0]
         return major.isdigit() and int(major) >= 9
 
+    @property
+    def interpreted(self) -> bool:
+        """Whether these are the interpreter's limits (kernels run on the CPU)."""
+        return self.smem_per_block >= INTERPRETER_SMEM
+
     @classmethod
     def interpreter(cls) -> DeviceLimits:
-        return cls(smem_per_block=1 << 30)
+        return cls(smem_per_block=INTERPRETER_SMEM)
 
 
 def limits_for(device_mode: str, smem_per_block: int, cc: str = "",

@@ -28,7 +28,10 @@ Configuration keys (``search.kinds.gemm.fp8_space``): ``BLOCK_M``, ``BLOCK_N``, 
   accumulator keeps about 14 bits, so over a long K it would drift); 1 keeps the sums in the
   tensor cores throughout (Triton's default on sm_90, ``torch._scaled_mm(use_fast_accum=True)``);
 - ``TMA_STORE`` (0/1): the output through a TMA descriptor (its rows must be 16-byte aligned);
-- lowered only: ``PRECISION`` (``"fp8_e4m3"``), ``SCALES`` (``"row"``, ``"tensor"``),
+- lowered only: ``PRODUCT`` (``"triton"``, the default: this template multiplies;
+  ``"cublas"``: block scales, and cuBLAS's blockwise-scaled fp8 kernel multiplies the copies
+  this module's quantisation made, ``cublas_block_product``), ``PRECISION`` (``"fp8_e4m3"``),
+  ``SCALES`` (``"row"``, ``"tensor"``, ``"block"``),
   ``Q_MODE`` (``"two_pass"``, the default: amax and cast launches per operand;
   ``"whole_rows"``: an operand whose rows are contiguous (A row-major, B column-major) in one
   launch holding whole rows, the other in two passes; ``"panel"``: one launch quantising
@@ -51,6 +54,7 @@ from kernel_templates.gemm.fp8_config import check_config
 from kernel_templates.gemm.fp8_quant import (
     BLOCK_ROWS,
     GROUP,
+    block_scales,
     group_scales,
     quantise,
     quantise_blocks,
@@ -60,11 +64,11 @@ from kernel_templates.gemm.fp8_quant import (
     row_stride,
     whole_rows_fit,
 )
-from kernel_templates.gemm.fp8_quant import block_scales as block_scales_of
 from kernel_templates.gemm.host import cached_buffer, cc_major, sm_count
 from kernel_templates.gemm.triton import _store_c, _tile_coords
 
-__all__ = ["OUT_DTYPES", "fp8_gemm", "lowered_matmul", "scaled_matmul"]
+__all__ = ["OUT_DTYPES", "cublas_block_product", "fp8_gemm", "lowered_matmul",
+           "scaled_matmul"]
 
 F8 = torch.float8_e4m3fn
 #: Warps of the launch quantising B in 128 x 128 blocks (a block is 16,384 values: 64 fp32
@@ -75,14 +79,14 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @triton.jit
-def _partial(a, b, acc, sa_ptr, sb_ptr, kk, offs_m, off_n, M, NB,
+def _partial(a, b, acc, sa_ptr, sb_ptr, kk, offs_m, off_n, M, SB_LD,
              BLOCK_SCALES: tl.constexpr, IMPRECISE: tl.constexpr):
     # One K tile's product into the accumulator. Block scales (``BLOCK_K`` = the scales' group,
     # the tile inside one of B's 128-column blocks): the tile's partial sums times A's row
     # scales and B's block scale of this group, added to the fp32 accumulator.
     if BLOCK_SCALES:
         s = tl.load(sa_ptr + kk * M + offs_m, mask=offs_m < M, other=0.0)
-        s = s * tl.load(sb_ptr + kk * NB + off_n // 128)
+        s = s * tl.load(sb_ptr + (off_n // 128) * SB_LD + kk)
         return acc + tl.dot(a, b.T) * s[:, None]
     return tl.dot(a, b.T, acc, max_num_imprecise_acc=IMPRECISE)
 
@@ -101,7 +105,7 @@ def _scaled(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, ROW_SCALES: tl.constexpr,
 
 @triton.jit
 def _fp8_gemm_kernel(
-    a_desc, b_desc, c_ptr, c_desc, sa_ptr, sb_ptr, M, N, K, NB, stride_cm, stride_cn,
+    a_desc, b_desc, c_ptr, c_desc, sa_ptr, sb_ptr, M, N, K, SB_LD, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, ROW_SCALES: tl.constexpr, BLOCK_SCALES: tl.constexpr,
     EVEN_MN: tl.constexpr, IMPRECISE: tl.constexpr, TMA_STORE: tl.constexpr,
@@ -115,7 +119,7 @@ def _fp8_gemm_kernel(
     for kk in range(0, tl.cdiv(K, BLOCK_K)):
         a = a_desc.load([off_m, kk * BLOCK_K])
         b = b_desc.load([off_n, kk * BLOCK_K])
-        acc = _partial(a, b, acc, sa_ptr, sb_ptr, kk, offs_m, off_n, M, NB, BLOCK_SCALES,
+        acc = _partial(a, b, acc, sa_ptr, sb_ptr, kk, offs_m, off_n, M, SB_LD, BLOCK_SCALES,
                        IMPRECISE)
     acc = _scaled(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, ROW_SCALES, BLOCK_SCALES)
     if TMA_STORE:
@@ -126,7 +130,7 @@ def _fp8_gemm_kernel(
 
 @triton.jit
 def _fp8_gemm_persistent_kernel(
-    a_desc, b_desc, c_ptr, c_desc, sa_ptr, sb_ptr, M, N, K, NB, stride_cm, stride_cn,
+    a_desc, b_desc, c_ptr, c_desc, sa_ptr, sb_ptr, M, N, K, SB_LD, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, ROW_SCALES: tl.constexpr, BLOCK_SCALES: tl.constexpr,
     EVEN_MN: tl.constexpr, IMPRECISE: tl.constexpr, TMA_STORE: tl.constexpr,
@@ -146,7 +150,7 @@ def _fp8_gemm_persistent_kernel(
         for kk in tl.range(0, k_tiles):
             a = a_desc.load([off_m, kk * BLOCK_K])
             b = b_desc.load([off_n, kk * BLOCK_K])
-            acc = _partial(a, b, acc, sa_ptr, sb_ptr, kk, offs_m, off_n, M, NB, BLOCK_SCALES,
+            acc = _partial(a, b, acc, sa_ptr, sb_ptr, kk, offs_m, off_n, M, SB_LD, BLOCK_SCALES,
                            IMPRECISE)
         acc = _scaled(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, ROW_SCALES, BLOCK_SCALES)
         if TMA_STORE:
@@ -177,9 +181,10 @@ def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, scale_b:
     """``out = (scale_a * qa) @ (scale_b * qb).T`` for K-major fp8 ``qa`` ``[M, K]`` and ``qb``
     ``[N, K]`` (unit column stride, 16-byte aligned rows), fp32 scales of one element each or
     of M and N elements, under a checked config ``cfg``, into a contiguous 2-D ``out``.
-    ``block_scales``: A's scales per row and 128 of K, B's per 128 x 128 block
-    (``fp8_quant.quantise_groups``, ``quantise_blocks``), applied per K tile (``BLOCK_K`` 128,
-    ``BLOCK_N`` dividing 128)."""
+    ``block_scales``: A's scales per row and 128 of K (``[K/128, M]``, contiguous), B's per
+    128 x 128 block (``[N/128, K/128]``, unit column stride), as ``fp8_quant.quantise_groups``
+    and ``quantise_blocks`` return them, applied per K tile (``BLOCK_K`` 128, ``BLOCK_N``
+    dividing 128)."""
     m, k = qa.shape
     n = qb.shape[0]
     if qb.shape[1] != k or qa.dtype != F8 or qb.dtype != F8:
@@ -189,11 +194,16 @@ def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, scale_b:
         raise ValueError(f"out must be a contiguous [{m}, {n}] tensor of one of {OUT_DTYPES}")
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     rows = scale_a.numel() > 1
+    sb_ld = 0
     if block_scales:
-        want = (group_scales(m, k), block_scales_of(n, k))
-        if (scale_a.numel(), scale_b.numel()) != want:
-            raise ValueError(f"block scales of [{m}, {k}] and [{n}, {k}] are {want}, got "
-                             f"({scale_a.numel()}, {scale_b.numel()})")
+        groups = triton.cdiv(k, GROUP)
+        want = ((groups, m), (triton.cdiv(n, BLOCK_ROWS), groups))
+        if ((tuple(scale_a.shape), tuple(scale_b.shape)) != want or not scale_a.is_contiguous()
+                or scale_b.stride(1) != 1):
+            raise ValueError(f"block scales of [{m}, {k}] and [{n}, {k}] are contiguous "
+                             f"{want[0]} and {want[1]} with unit column stride, got "
+                             f"{tuple(scale_a.shape)} and {tuple(scale_b.shape)}")
+        sb_ld = scale_b.stride(0)
         if bk != GROUP or BLOCK_ROWS % bn:
             raise ValueError(f"block scales need BLOCK_K = {GROUP} and a BLOCK_N dividing "
                              f"{BLOCK_ROWS}, got BLOCK_K={bk}, BLOCK_N={bn}")
@@ -212,13 +222,27 @@ def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, scale_b:
     programs = (max(1, min(sm_count(qa.device) // cfg["num_ctas"], tiles)) if cfg["PERSISTENT"]
                 else tiles)
     kernel[(programs,)](
-        da, db, out, dc, scale_a, scale_b, m, n, k, triton.cdiv(n, BLOCK_ROWS), out.stride(0),
+        da, db, out, dc, scale_a, scale_b, m, n, k, sb_ld, out.stride(0),
         out.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"],
         ROW_SCALES=rows, BLOCK_SCALES=block_scales, EVEN_MN=m % bm == 0 and n % bn == 0,
         IMPRECISE=None if cfg["FAST_ACC"] or block_scales else bk, TMA_STORE=dc is not None,
         **launch,
     )  # fmt: skip
     return out
+
+
+def cublas_block_product(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor,
+                         scale_b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out = qa @ qb.T`` with ``fp8_gemm``'s block scales (A's ``[K/128, M]``, B's
+    ``[N/128, K/128]``) by cuBLAS's blockwise-scaled fp8 product (``torch._scaled_mm`` with
+    1 x 128 and 128 x 128 fp32 scales, M-major and K-major as it reads them: the transposes of
+    those matrices). A CUDA sm_90 device only; K and N multiples of 16."""
+    if qa.device.type != "cuda":
+        raise Unsupported("cuBLAS's blockwise-scaled fp8 product runs on a CUDA GPU, not "
+                          f"on {qa.device.type}")
+    _check_device(qa.device)
+    return torch._scaled_mm(qa, qb.T, scale_a=scale_a.T, scale_b=scale_b.T,
+                            out_dtype=out.dtype, out=out)
 
 
 def _2d(t: torch.Tensor, what: str) -> torch.Tensor:
@@ -253,7 +277,7 @@ def _quantised_buffers(device: torch.device, m: int, n: int, k: int
     ld = row_stride(k)
     qa = cached_buffer(_Q_A, device, m * ld, F8, zeroed=False, least=1 << 16)
     qb = cached_buffer(_Q_B, device, n * ld, F8, zeroed=False, least=1 << 16)
-    ga, gb = group_scales(m, k), block_scales_of(n, k)
+    ga, gb = group_scales(m, k), block_scales(n, k)
     s = cached_buffer(_SCALES, device, max(2 * (m + n), ga + gb), torch.float32, zeroed=False,
                       least=1 << 12)
     return (qa.view(m, ld)[:, :k], qb.view(n, ld)[:, :k], s[:m], s[m:m + n],
@@ -279,6 +303,8 @@ def lowered_matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         qa, ga = quantise_groups(a2, block_r=cfg["Q_BLOCK_R"], num_warps=cfg["Q_WARPS"], q=qa,
                                  scale=ga)
         qb, gb = quantise_blocks(b2.T, num_warps=B_BLOCK_WARPS, q=qb, scale=gb)
+        if cfg["PRODUCT"] == "cublas":
+            return cublas_block_product(qa, qb, ga, gb, out2)
         return fp8_gemm(qa, qb, ga, gb, cfg, out2, block_scales=True)
     per_row = cfg["SCALES"] == "row"
     q = {"block_r": cfg["Q_BLOCK_R"], "block_k": cfg["Q_BLOCK_K"], "num_warps": cfg["Q_WARPS"]}

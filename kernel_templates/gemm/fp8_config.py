@@ -13,6 +13,7 @@ from search.kinds.gemm.fp8_space import (
     DEFAULTS,
     LOWERED,
     LOWERED_DEFAULTS,
+    PRODUCTS,
     Q_MODES,
     SCALES,
     block_refusal,
@@ -69,6 +70,9 @@ def check_config(config: dict[str, Any], lowered: bool) -> dict[str, Any]:
     if full["SCALES"] not in SCALES:
         raise InvalidConfig(f"SCALES must be one of {list(SCALES)}, got {full['SCALES']!r}")
     cfg["PRECISION"], cfg["SCALES"] = full["PRECISION"], full["SCALES"]
+    if full["PRODUCT"] not in PRODUCTS:
+        raise InvalidConfig(f"PRODUCT must be one of {list(PRODUCTS)}, got {full['PRODUCT']!r}")
+    cfg["PRODUCT"] = full["PRODUCT"]
     if full["Q_MODE"] not in Q_MODES:
         raise InvalidConfig(f"Q_MODE must be one of {list(Q_MODES)}, got {full['Q_MODE']!r}")
     for why in (q_mode_refusal(full), block_refusal({**full, **cfg})):

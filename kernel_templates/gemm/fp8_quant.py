@@ -67,9 +67,10 @@ import triton.language as tl
 from kernel_templates.gemm.host import sm_count
 
 __all__ = ["BLOCK_ROWS", "E4M3_MAX", "GROUP", "MODES", "PANEL_STAGES", "WHOLE_ROW_MAX",
-           "block_scales", "group_scales", "panel_programs", "quantise", "quantise_blocks",
-           "quantise_groups", "quantise_pair_panel", "quantise_rows", "quantise_rows_panel",
-           "quantise_tensor", "quantise_whole_rows", "row_stride", "whole_rows_fit"]
+           "block_scale_stride", "block_scales", "group_scales", "panel_programs", "quantise",
+           "quantise_blocks", "quantise_groups", "quantise_pair_panel", "quantise_rows",
+           "quantise_rows_panel", "quantise_tensor", "quantise_whole_rows", "row_stride",
+           "whole_rows_fit"]
 
 #: The largest finite e4m3 magnitude: the scales map each row's (tensor's) amax there.
 E4M3_MAX = 448.0
@@ -265,11 +266,11 @@ def _group_kernel(
 
 @triton.jit
 def _block_kernel(
-    x_ptr, q_ptr, s_ptr, R, K, stride_xr, stride_xk, stride_qr,
+    x_ptr, q_ptr, s_ptr, R, K, stride_xr, stride_xk, stride_qr, stride_sb,
     BLOCK_R: tl.constexpr, GROUP: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
 ):  # fmt: skip
     # The [BLOCK_R, GROUP] block (pid0, pid1): one amax (and scale) for the block, read once;
-    # the scale of row block b, group g at s[g * cdiv(R, BLOCK_R) + b].
+    # the scale of row block b, group g at s[b * stride_sb + g].
     g = tl.program_id(1)
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = g * GROUP + tl.arange(0, GROUP)
@@ -279,7 +280,7 @@ def _block_kernel(
     amax = tl.max(tl.max(tl.abs(x), axis=1), axis=0)
     nonzero = amax > 0
     inv = tl.where(nonzero, tl.math.div_rn(448.0, tl.where(nonzero, amax, 1.0)), 1.0)
-    tl.store(s_ptr + g * tl.cdiv(R, BLOCK_R) + tl.program_id(0),
+    tl.store(s_ptr + tl.program_id(0) * stride_sb + g,
              tl.where(nonzero, tl.math.div_rn(amax, 448.0), 1.0))
     tl.store(q_ptr + rows.to(tl.int64)[:, None] * stride_qr + cols[None, :],
              _to_e4m3(x * inv, ROUND_IN_FP32), mask=mask)
@@ -464,10 +465,16 @@ def group_scales(r: int, k: int) -> int:
     return r * triton.cdiv(k, GROUP)
 
 
+def block_scale_stride(k: int) -> int:
+    """The row stride of ``quantise_blocks``'s scales: K's groups rounded up to 4 (16-byte
+    rows, as cuBLAS's blockwise-scaled product reads them)."""
+    return -(-triton.cdiv(k, GROUP) // 4) * 4
+
+
 def block_scales(r: int, k: int) -> int:
-    """Scales of an ``[r, k]`` operand quantised in ``BLOCK_ROWS x GROUP`` blocks
-    (``quantise_blocks``)."""
-    return triton.cdiv(r, BLOCK_ROWS) * triton.cdiv(k, GROUP)
+    """Scale cells of an ``[r, k]`` operand quantised in ``BLOCK_ROWS x GROUP`` blocks
+    (``quantise_blocks``), padding included."""
+    return triton.cdiv(r, BLOCK_ROWS) * block_scale_stride(k)
 
 
 def quantise_groups(x: torch.Tensor, *, block_r: int, num_warps: int,
@@ -475,29 +482,30 @@ def quantise_groups(x: torch.Tensor, *, block_r: int, num_warps: int,
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q, scale)``: ``x`` ([R, K], any strides) quantised with one scale per row and
     ``GROUP`` elements of K, in one launch reading ``x`` once (programs of ``block_r`` rows by
-    one group). ``scale`` holds ``group_scales(R, K)`` values, group-major: row ``r``'s scale
-    in group ``g`` is ``scale[g * R + r]``."""
+    one group). ``scale`` (``group_scales(R, K)`` cells given, or new) comes back as the
+    ``[cdiv(K, GROUP), R]`` matrix of the scales: a group's contiguous."""
     _check_panel_tiles(block_r, GROUP, 1)
     r, k = x.shape
     q, scale = _buffers(x, q, scale, group_scales(r, k))
     _group_kernel[(triton.cdiv(r, block_r), triton.cdiv(k, GROUP))](
         x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0), BLOCK_R=block_r,
         GROUP=GROUP, ROUND_IN_FP32=x.device.type != "cuda", num_warps=num_warps)
-    return q, scale
+    return q, scale.view(triton.cdiv(k, GROUP), r)
 
 
 def quantise_blocks(x: torch.Tensor, *, num_warps: int, q: torch.Tensor | None = None,
                     scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q, scale)``: ``x`` ([R, K], any strides) quantised with one scale per
-    ``BLOCK_ROWS x GROUP`` block, in one launch reading ``x`` once. ``scale`` holds
-    ``block_scales(R, K)`` values, group-major: block ``(b, g)``'s is
-    ``scale[g * cdiv(R, BLOCK_ROWS) + b]``."""
+    ``BLOCK_ROWS x GROUP`` block, in one launch reading ``x`` once. ``scale``
+    (``block_scales(R, K)`` cells given, or new) comes back as the ``[cdiv(R, BLOCK_ROWS),
+    cdiv(K, GROUP)]`` matrix of the scales, its rows ``block_scale_stride(K)`` apart."""
     r, k = x.shape
     q, scale = _buffers(x, q, scale, block_scales(r, k))
-    _block_kernel[(triton.cdiv(r, BLOCK_ROWS), triton.cdiv(k, GROUP))](
-        x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0), BLOCK_R=BLOCK_ROWS,
+    ld, groups = block_scale_stride(k), triton.cdiv(k, GROUP)
+    _block_kernel[(triton.cdiv(r, BLOCK_ROWS), groups)](
+        x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0), ld, BLOCK_R=BLOCK_ROWS,
         GROUP=GROUP, ROUND_IN_FP32=x.device.type != "cuda", num_warps=num_warps)
-    return q, scale
+    return q, scale.view(-1, ld)[:, :groups]
 
 
 def quantise(x: torch.Tensor, scales: str, *, block_r: int, block_k: int, num_warps: int,

@@ -84,19 +84,15 @@ def _label(cfg: dict[str, Any]) -> str:
 
 
 def _dequantised(q: Any, s: Any, blocks: tuple[int, int] | None) -> Any:
-    """fp8 ``q`` ``[R, K]`` times its scales in float64: per row (``blocks`` None, or one
-    scale a row when ``s`` has R values), or per ``blocks = (rows, cols)`` block, group-major."""
-    import torch
-
+    """fp8 ``q`` ``[R, K]`` times its scales in float64: per row (``blocks`` None: ``s`` has
+    R values, or one), or per ``blocks = (rows, cols)`` block, ``s`` the ``[R / rows,
+    K / cols]`` grid (``quantise_groups``' ``[groups, R]`` transposed)."""
     r, k = q.shape
     x = q.double()
     if blocks is None:
         return x * (s.double()[:, None] if s.numel() == r else s.double())
     br, bc = blocks
-    groups = -(-k // bc)
-    grid = s.double().reshape(groups, -(-r // br)).T  # [row blocks, groups]
-    full = grid.repeat_interleave(br, 0)[:r].repeat_interleave(bc, 1)[:, :k]
-    return x * torch.as_tensor(full)
+    return x * s.double().repeat_interleave(br, 0)[:r].repeat_interleave(bc, 1)[:, :k]
 
 
 def measure_shape(m: int, n: int, k: int, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -125,7 +121,7 @@ def measure_shape(m: int, n: int, k: int, args: argparse.Namespace) -> list[dict
             out.fill_(float("nan"))
             call()
             torch.cuda.synchronize()
-            row["rel_error"] = err = check()
+            row["rel_error"] = err = check() if check else None
             if err is not None and not 0.0 <= err < 0.06:
                 row["error"] = f"wrong result: relative error {err:.3g}"
                 return row
@@ -148,8 +144,13 @@ def measure_shape(m: int, n: int, k: int, args: argparse.Namespace) -> list[dict
     qb = torch.empty(n, ld, dtype=f8, device="cuda")[:, :k]
     sa, sb = torch.empty(m, dtype=f32, device="cuda"), torch.empty(n, dtype=f32, device="cuda")
     am, bm_ = torch.empty(m, dtype=f32, device="cuda"), torch.empty(n, dtype=f32, device="cuda")
-    ga = torch.empty(fq.group_scales(m, k), dtype=f32, device="cuda")
-    gb = torch.empty(fq.block_scales(n, k), dtype=f32, device="cuda")
+    groups = -(-k // fq.GROUP)
+    # block scales as the quantisers return them: A's [groups, M], B's [N/128, groups] (rows
+    # 16-byte aligned), B's 1x128 groups [groups, N]
+    ga = torch.empty(fq.group_scales(m, k), dtype=f32, device="cuda").view(groups, m)
+    gb = torch.empty(fq.block_scales(n, k), dtype=f32, device="cuda").view(
+        -1, fq.block_scale_stride(k))[:, :groups]
+    gb2 = torch.empty(fq.group_scales(n, k), dtype=f32, device="cuda").view(groups, n)
     rq = [int(v) for v in args.row_q.split("x")]
     bq = [int(v) for v in args.block_q.split("x")]
 
@@ -165,13 +166,16 @@ def measure_shape(m: int, n: int, k: int, args: argparse.Namespace) -> list[dict
                         q=qb, scale=sb, amax=bm_)
         return call
 
+    def flat(t: Any) -> Any:  # the buffer under a scale view, for the quantisers to fill
+        return t.as_strided((t.untyped_storage().nbytes() // 4,), (1,))
+
     def quant_block() -> None:
-        fq.quantise_groups(a, block_r=bq[0], num_warps=bq[1], q=qa, scale=ga)
-        fq.quantise_blocks(bt, num_warps=fp8.B_BLOCK_WARPS, q=qb, scale=gb)
+        fq.quantise_groups(a, block_r=bq[0], num_warps=bq[1], q=qa, scale=flat(ga))
+        fq.quantise_blocks(bt, num_warps=fp8.B_BLOCK_WARPS, q=qb, scale=flat(gb))
 
     def copies(block: bool) -> Any:
         if block:
-            da = _dequantised(qa, ga, (1, fq.GROUP))
+            da = _dequantised(qa, ga.T, (1, fq.GROUP))
             db = _dequantised(qb, gb, (fq.BLOCK_ROWS, fq.GROUP))
         else:
             da, db = _dequantised(qa, sa, None), _dequantised(qb, sb, None)
@@ -184,6 +188,34 @@ def measure_shape(m: int, n: int, k: int, args: argparse.Namespace) -> list[dict
               lambda: rel_error(copies(False), ref))
     timed("quantise block", args.block_q, quant_block,
           lambda: rel_error(copies(True), ref))
+
+    # cuBLAS's blockwise-scaled fp8 product (torch._scaled_mm): 1x128 by 128x128 scales, as
+    # the lowered PRODUCT="cublas" runs it, and, for comparison, 1x128 by 1x128
+    def scaled_mm_block() -> None:
+        fp8.cublas_block_product(qa, qb, ga, gb, out)
+
+    def quant_groups_both() -> None:
+        fq.quantise_groups(a, block_r=bq[0], num_warps=bq[1], q=qa, scale=flat(ga))
+        fq.quantise_groups(bt, block_r=bq[0], num_warps=bq[1], q=qb, scale=flat(gb2))
+
+    def scaled_mm_groups() -> None:  # B's 1x128 scales [K/128, N], N-major
+        torch._scaled_mm(qa, qb.T, scale_a=ga.T, scale_b=gb2, out_dtype=out.dtype, out=out)
+
+    for name, quant, mm, b_grid, rows_b in (
+            ("1x128 x 128x128", quant_block, scaled_mm_block, gb, fq.BLOCK_ROWS),
+            ("1x128 x 1x128", quant_groups_both, scaled_mm_groups, gb2.T, 1)):
+        quant()
+        torch.cuda.synchronize()
+        exact_mm = (_dequantised(qa, ga.T, (1, fq.GROUP))
+                    @ _dequantised(qb, b_grid, (rows_b, fq.GROUP)).T)
+        timed("product scaled_mm", name, mm, lambda exact_mm=exact_mm: rel_error(out, exact_mm))
+        timed("quantise for scaled_mm", name, quant, None)
+
+        def lowered_scaled_mm(quant: Any = quant, mm: Any = mm) -> None:
+            quant()
+            mm()
+
+        timed("lowered scaled_mm", name, lowered_scaled_mm, whole)
     for block, tiles in ((False, args.row_tiles), (True, args.block_tiles)):
         (quant_block if block else quant_row)()
         torch.cuda.synchronize()
@@ -198,8 +230,11 @@ def measure_shape(m: int, n: int, k: int, args: argparse.Namespace) -> list[dict
                   lambda exact=exact: rel_error(out, exact))
     wq = [int(v) for v in args.whole_q.split(",")[0].split("x")]
     for kind, tiles in (("row", args.row_tiles), ("whole rows", args.row_tiles),
-                        ("block", args.block_tiles)):
+                        ("block", args.block_tiles),
+                        ("block, cuBLAS product", parse_tiles("128x128x128x8x4"))):
         q = ({"SCALES": "block", "Q_BLOCK_R": bq[0], "Q_WARPS": bq[1]} if kind == "block" else
+             {"PRODUCT": "cublas", "Q_BLOCK_R": bq[0], "Q_WARPS": bq[1]}
+             if kind.startswith("block") else
              {"SCALES": "row", "Q_BLOCK_R": rq[0], "Q_BLOCK_K": rq[1], "Q_WARPS": rq[2]}
              if kind == "row" else
              {"SCALES": "row", "Q_MODE": "whole_rows", "Q_BLOCK_R": wq[0], "Q_BLOCK_K": wq[1],

@@ -241,7 +241,7 @@ def test_block_quantisation_is_bitwise_the_definition_on_the_gpu(r: int, k: int,
         q, s = call()
         want_q, want_s = torch_block_quantise(x, rows, GROUP)
         torch.cuda.synchronize()
-        assert torch.equal(s, want_s)
+        assert torch.equal(s, want_s.T if rows == 1 else want_s)
         assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
 
 
@@ -256,14 +256,18 @@ def test_a_block_scaled_lowered_product_on_the_gpu(m: int, n: int, k: int) -> No
 
     p = GemmProblem(m=m, n=n, k=k, dtype="bf16")
     block = [s for s in fp8_space.seeds(p) if s["SCALES"] == "block"]
-    assert block
+    products = {s["PRODUCT"] for s in block}
+    assert "triton" in products and ("cublas" in products or k % 16 or n % 16)
     for config in block:
         got = measure(p, config)
         assert 0.02 < got.rel_error < 0.06, (config, got.rel_error)
     inp = make_inputs(p, "cuda", 12)
-    fp8.lowered_matmul(inp.a, inp.b, block[0], inp.out)
-    torch.cuda.synchronize()
-    qa, qb, *_, ga, gb = fp8._quantised_buffers(inp.a.device, m, n, k)
-    exact = (block_dequantised(qa, ga, 1, GROUP)
+    qa, ga = quantise_groups(inp.a, block_r=32, num_warps=4)
+    qb, gb = quantise_blocks(inp.b.T, num_warps=8)
+    exact = (block_dequantised(qa, ga.T, 1, GROUP)
              @ block_dequantised(qb, gb, BLOCK_ROWS, GROUP).T)
-    assert rel_error(inp.out, exact) < 6e-3
+    for config in block:  # the template's product and cuBLAS's, on the same copies
+        inp.out.fill_(float("nan"))
+        fp8.lowered_matmul(inp.a, inp.b, config, inp.out)
+        torch.cuda.synchronize()
+        assert rel_error(inp.out, exact) < 6e-3, config

@@ -20,6 +20,7 @@ from kernel_templates.gemm.fp8_config import check_config
 from kernel_templates.gemm.fp8_quant import (
     BLOCK_ROWS,
     GROUP,
+    block_scale_stride,
     block_scales,
     group_scales,
     quantise,
@@ -70,8 +71,8 @@ def torch_quantise(x: torch.Tensor, scales: str) -> tuple[torch.Tensor, torch.Te
 def torch_block_quantise(x: torch.Tensor, rows: int, cols: int
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """The definition of block scaling: each ``rows x cols`` block (ragged at the edges) as
-    ``torch_quantise`` quantises a tensor; the scales group-major (block ``(b, g)``'s at
-    ``g * row_blocks + b``). On ``x``'s device."""
+    ``torch_quantise`` quantises a tensor; the scales as a ``[row blocks, column blocks]``
+    grid. On ``x``'s device."""
     r, k = x.shape
     big_r, big_k = -(-r // rows) * rows, -(-k // cols) * cols
     padded = torch.zeros(big_r, big_k, dtype=torch.float32, device=x.device)
@@ -83,14 +84,15 @@ def torch_block_quantise(x: torch.Tensor, rows: int, cols: int
     inv = torch.where(nonzero, torch.full_like(amax, 448.0) / torch.where(nonzero, amax, ones),
                       ones)
     q = (blocks * inv[:, None, :, None]).clamp(-448, 448).to(F8).reshape(big_r, big_k)
-    return q[:r, :k], scale.T.reshape(-1)
+    return q[:r, :k], scale
 
 
-def block_dequantised(q: torch.Tensor, s: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """``q`` times its block scales (``torch_block_quantise``'s order), in float64."""
+def block_dequantised(q: torch.Tensor, grid: torch.Tensor, rows: int, cols: int
+                      ) -> torch.Tensor:
+    """``q`` times its ``[row blocks, column blocks]`` scale ``grid``, in float64."""
     r, k = q.shape
-    grid = s.double().reshape(-(-k // cols), -(-r // rows)).T
-    return q.double() * grid.repeat_interleave(rows, 0)[:r].repeat_interleave(cols, 1)[:, :k]
+    full = grid.double().repeat_interleave(rows, 0)[:r].repeat_interleave(cols, 1)[:, :k]
+    return q.double() * full
 
 
 def _operand(r: int, k: int, transposed: bool, dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -130,11 +132,13 @@ def test_block_quantisation_is_bitwise_the_definition(r: int, k: int, transposed
     q, s = quantise_groups(x, block_r=4, num_warps=4)
     want_q, want_s = torch_block_quantise(x, 1, GROUP)
     assert q.stride(1) == 1 and q.stride(0) % 16 == 0 and s.numel() == group_scales(r, k)
-    assert torch.equal(s, want_s)
+    assert s.is_contiguous() and torch.equal(s, want_s.T)  # [groups, rows]
     assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
     q, s = quantise_blocks(x, num_warps=4)
     want_q, want_s = torch_block_quantise(x, BLOCK_ROWS, GROUP)
-    assert s.numel() == block_scales(r, k) and torch.equal(s, want_s)
+    # [row blocks, groups], rows 16-byte aligned as cuBLAS's blockwise product reads them
+    assert s.stride(0) == block_scale_stride(k) and s.stride(0) % 4 == 0
+    assert s.stride(0) * s.shape[0] == block_scales(r, k) and torch.equal(s, want_s)
     assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
 
 
@@ -426,6 +430,31 @@ def test_a_config_is_completed_with_the_spaces_defaults() -> None:
     assert check_config({**SMALL, **QUANT}, lowered=True)["Q_MODE"] == "two_pass"
 
 
+def test_a_cublas_product_fixes_the_template_keys_and_needs_the_gpu() -> None:
+    """``PRODUCT="cublas"``: cuBLAS's blockwise-scaled kernel multiplies block-scaled copies,
+    so the template's tiles are one value (one configuration per quantisation tile), and it
+    is refused where it cannot run: the interpreter, a pre-Hopper GPU, k or n not a multiple
+    of 16. On the CPU the call says why."""
+    p = GemmProblem(m=256, n=256, k=256, dtype="bf16")
+    a = fp8_space.complete({**BLOCKED, "PRODUCT": "cublas", "BLOCK_M": 16, "num_stages": 2,
+                            "SCALES": "row"}, True)
+    b = fp8_space.complete({**BLOCKED, "PRODUCT": "cublas"}, True)
+    assert a == b and a["SCALES"] == "block"
+    assert {k: a[k] for k in fp8_space.CUBLAS_PRODUCT_KEYS} == fp8_space.CUBLAS_PRODUCT_KEYS
+    h100 = DeviceLimits(cc="9.0", sm_count=132)
+    assert fp8_space.violations(p, a, h100) == []
+    for limits, problem, words in (
+            (DeviceLimits.interpreter(), p, "not the interpreter"),
+            (DeviceLimits(cc="8.0"), p, "not cc 8.0"),
+            (h100, GemmProblem(m=256, n=250, k=256, dtype="bf16"), "multiples of 16")):
+        assert any(words in v for v in fp8_space.violations(problem, a, limits)), words
+    with pytest.raises(InvalidConfig, match="PRODUCT must be one of"):
+        check_config({**SMALL, **QUANT, "PRODUCT": "cutlass"}, lowered=True)
+    inp = make_inputs(GemmProblem(m=32, n=32, k=128, dtype="bf16"), "cpu", 0)
+    with pytest.raises(Unsupported, match="runs on a CUDA GPU"):
+        lowered_matmul(inp.a, inp.b, a, inp.out)
+
+
 def test_block_scales_ignore_the_keys_they_do_not_use() -> None:
     """Block scales fix the quantisation's K tile (the group) and promote every K tile, so
     configurations differing only in ``Q_BLOCK_K`` or ``FAST_ACC`` are one configuration."""
@@ -448,10 +477,13 @@ def test_the_lowered_space_searches_whole_rows_and_panels_may_be_pinned() -> Non
     seeds = fp8_space.seeds(p)
     assert seeds and all(s["Q_MODE"] != "panel" for s in seeds)
     assert all(fp8_space.violations(p, s, DeviceLimits()) == [] for s in seeds)
-    # whole rows first (A read once), block scales among the first dozen
-    assert seeds[0]["Q_MODE"] == "whole_rows" and seeds[0]["SCALES"] == "row"
-    assert any(s["SCALES"] == "block" for s in seeds)
-    row = seeds[0]
+    # cuBLAS's blockwise product on block-scaled copies first, then whole rows (A read once),
+    # the template's block scales among the first dozen
+    assert [s["PRODUCT"] for s in seeds[:2]] == ["cublas", "cublas"]
+    assert all(s["SCALES"] == "block" for s in seeds[:2])
+    assert seeds[2]["Q_MODE"] == "whole_rows" and seeds[2]["SCALES"] == "row"
+    assert any(s["SCALES"] == "block" and s["PRODUCT"] == "triton" for s in seeds)
+    row = seeds[2]
     pinned = check_config({**row, "Q_MODE": "panel"}, lowered=True)
     assert pinned["Q_MODE"] == "panel"
     tensor = {**row, "SCALES": "tensor", "Q_MODE": "panel"}

@@ -40,10 +40,10 @@ from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 from search.limits import DeviceLimits
 from search.optimizer import Choice
 
-__all__ = ["DEFAULTS", "LOWERED", "LOWERED_DEFAULTS", "PARAMS", "Q_MODES",
-           "Q_PARAMS", "SCALES", "SCALE_GROUP", "TIER", "TIER_WEIGHT", "block_refusal",
-           "complete", "lowered", "params", "q_mode_refusal", "seeds", "space", "tier_plan",
-           "violations"]
+__all__ = ["CUBLAS_PRODUCT_KEYS", "DEFAULTS", "LOWERED", "LOWERED_DEFAULTS", "PARAMS",
+           "PRODUCTS", "Q_MODES", "Q_PARAMS", "SCALES", "SCALE_GROUP", "TIER", "TIER_WEIGHT",
+           "block_refusal", "complete", "lowered", "params", "product_refusal",
+           "q_mode_refusal", "seeds", "space", "tier_plan", "violations"]
 
 #: The tier's name (its trials run on the ``triton`` backend).
 TIER = "fp8"
@@ -68,10 +68,21 @@ SEARCHED_Q_MODES = ("two_pass", "whole_rows")
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "PERSISTENT",
           "num_ctas", "FAST_ACC", "TMA_STORE")
 #: The quantisation's keys (lowered candidates only).
-Q_PARAMS = ("SCALES", "Q_MODE", "Q_BLOCK_R", "Q_BLOCK_K", "Q_WARPS")
+Q_PARAMS = ("PRODUCT", "SCALES", "Q_MODE", "Q_BLOCK_R", "Q_BLOCK_K", "Q_WARPS")
 #: Keys beyond ``PARAMS`` and the value each takes when absent.
 DEFAULTS: dict[str, Any] = {"PERSISTENT": 0, "num_ctas": 1, "FAST_ACC": 0, "TMA_STORE": 0}
-LOWERED_DEFAULTS: dict[str, Any] = {"PRECISION": LOWERED, "SCALES": "row", "Q_MODE": "two_pass",
+#: What multiplies a lowered candidate's fp8 copies: this template, or cuBLAS's
+#: blockwise-scaled fp8 kernel (``torch._scaled_mm`` with 1 x 128 and 128 x 128 scales) on the
+#: block-scaled copies the template's quantisation made.
+PRODUCTS = ("triton", "cublas")
+#: The template keys a cuBLAS product does not use, at one value each (so that configurations
+#: differing only there are one configuration).
+CUBLAS_PRODUCT_KEYS: dict[str, Any] = {
+    "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8,
+    "num_stages": 4, "PERSISTENT": 0, "num_ctas": 1, "FAST_ACC": 0, "TMA_STORE": 0,
+    "SCALES": "block", "Q_MODE": "two_pass"}
+LOWERED_DEFAULTS: dict[str, Any] = {"PRECISION": LOWERED, "PRODUCT": "triton", "SCALES": "row",
+                                    "Q_MODE": "two_pass",
                                     "Q_BLOCK_R": 32, "Q_BLOCK_K": 128, "Q_WARPS": 4}
 #: Elements one quantisation program holds per step (fp32 registers: at 4 warps, 64 each).
 Q_MAX_TILE = 8192
@@ -87,10 +98,13 @@ def complete(config: dict[str, Any], is_lowered: bool) -> dict[str, Any]:
     """``config`` with every key of the template, absent ones at their defaults (the lowered
     keys only for a lowered candidate); given values are kept (the template validates them),
     except the two that block scales ignore: ``Q_BLOCK_K`` (the group is ``SCALE_GROUP``) and
-    ``FAST_ACC`` (each K tile's sums are promoted when scaled), set to ``SCALE_GROUP`` and 0 so
-    that configurations differing only there are one configuration."""
+    ``FAST_ACC`` (each K tile's sums are promoted when scaled), set to ``SCALE_GROUP`` and 0,
+    and, for a cuBLAS product, the template's keys (``CUBLAS_PRODUCT_KEYS``), so that
+    configurations differing only there are one configuration."""
     base = {**DEFAULTS, **(LOWERED_DEFAULTS if is_lowered else {})}
     out = {**base, **config}
+    if is_lowered and out.get("PRODUCT") == "cublas":
+        out.update(CUBLAS_PRODUCT_KEYS)
     if is_lowered and out.get("SCALES") == "block":
         out.update(Q_BLOCK_K=SCALE_GROUP, FAST_ACC=0)
     return out
@@ -141,7 +155,8 @@ def space(problem: GemmProblem) -> tuple[Choice, ...]:
         Choice("TMA_STORE", (0, 1)),
     ]
     if lowered(problem):
-        dims += [Choice("SCALES", SCALES),  # type: ignore[arg-type]
+        dims += [Choice("PRODUCT", PRODUCTS),  # type: ignore[arg-type]
+                 Choice("SCALES", SCALES),  # type: ignore[arg-type]
                  Choice("Q_MODE", SEARCHED_Q_MODES),  # type: ignore[arg-type]
                  Choice("Q_BLOCK_R", (8, 16, 32, 64, 128)),
                  Choice("Q_BLOCK_K", (32, 64, 128, 256, 512)),
@@ -189,7 +204,8 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
     if config.get("TMA_STORE", 0) and row_bytes % 16:
         out.append(f"TMA_STORE=1 needs 16-byte output rows; n={problem.n} gives {row_bytes} B")
     if lowered(problem):
-        for why in (q_mode_refusal(config), block_refusal(config)):
+        for why in (q_mode_refusal(config), block_refusal(config),
+                    product_refusal(problem, config, limits)):
             if why:
                 out.append(why)
         tile = config["Q_BLOCK_R"] * config["Q_BLOCK_K"]
@@ -201,6 +217,23 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
             out.append(f"Q_BLOCK_K={config['Q_BLOCK_K']} is over twice k={problem.k} rounded up "
                        "to a power of two")
     return out
+
+
+def product_refusal(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimits
+                    ) -> str | None:
+    """Why a lowered ``config``'s product cannot run for ``problem`` on a device of
+    ``limits`` (``None``: it can). cuBLAS's blockwise-scaled fp8 kernel runs on CUDA sm_90
+    (not the interpreter) and takes K and N in multiples of 16."""
+    if config.get("PRODUCT", "triton") != "cublas":
+        return None
+    major = limits.cc.split(".")[0]
+    if limits.interpreted or (major.isdigit() and int(major) < 9):
+        return ("PRODUCT='cublas' (cuBLAS's blockwise-scaled fp8 product) needs a CUDA sm_90 "
+                f"device, not {'the interpreter' if limits.interpreted else 'cc ' + limits.cc}")
+    if problem.k % 16 or problem.n % 16:
+        return (f"PRODUCT='cublas' needs k and n in multiples of 16 (torch._scaled_mm), got "
+                f"k={problem.k}, n={problem.n}")
+    return None
 
 
 def q_mode_refusal(config: dict[str, Any]) -> str | None:
@@ -294,8 +327,11 @@ def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
                       dict(PERSISTENT=1, FAST_ACC=0, TMA_STORE=1), dict(PERSISTENT=0, FAST_ACC=1)):
             out.append({**base, **extra})
     if lowered(problem):
-        # whole rows first (the operand with contiguous rows read once), then block scales
-        out = ([{**s, "Q_MODE": "whole_rows"} for s in out[:8]]
+        # block scales multiplied by cuBLAS first, then whole rows (the operand with
+        # contiguous rows read once), then the template's block scales
+        cublas = [dict(_BIG[0], PRODUCT="cublas", Q_BLOCK_R=r, Q_WARPS=w)
+                  for r, w in ((32, 4), (64, 8))]
+        out = (cublas + [{**s, "Q_MODE": "whole_rows"} for s in out[:8]]
                + [{**base, "PERSISTENT": 1, "TMA_STORE": 1, "SCALES": "block"}
                   for base in (_BLOCK_BIG if big else _BLOCK_SMALL)[:2]]
                + out)
