@@ -76,10 +76,11 @@ DEFAULTS: dict[str, Any] = {"PERSISTENT": 0, "num_ctas": 1, "FAST_ACC": 0, "TMA_
 #: block-scaled copies the template's quantisation made.
 PRODUCTS = ("triton", "cublas")
 #: The template keys a cuBLAS product does not use, at one value each (so that configurations
-#: differing only there are one configuration).
+#: differing only there are one configuration): each dimension's first value, which every
+#: problem's space holds.
 CUBLAS_PRODUCT_KEYS: dict[str, Any] = {
-    "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8,
-    "num_stages": 4, "PERSISTENT": 0, "num_ctas": 1, "FAST_ACC": 0, "TMA_STORE": 0,
+    "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4,
+    "num_stages": 2, "PERSISTENT": 0, "num_ctas": 1, "FAST_ACC": 0, "TMA_STORE": 0,
     "SCALES": "block", "Q_MODE": "two_pass"}
 LOWERED_DEFAULTS: dict[str, Any] = {"PRECISION": LOWERED, "PRODUCT": "triton", "SCALES": "row",
                                     "Q_MODE": "two_pass",
@@ -116,7 +117,8 @@ def block_refusal(config: dict[str, Any]) -> str | None:
     tile, and block scales are quantised in their own one-pass launches."""
     if config.get("SCALES") != "block":
         return None
-    if config["BLOCK_K"] != SCALE_GROUP or SCALE_GROUP % config["BLOCK_N"]:
+    template = config.get("PRODUCT") != "cublas"  # cuBLAS's product runs no template tile
+    if template and (config["BLOCK_K"] != SCALE_GROUP or SCALE_GROUP % config["BLOCK_N"]):
         return (f"SCALES='block' needs BLOCK_K={SCALE_GROUP} (one scale group per K tile) and "
                 f"a BLOCK_N dividing {SCALE_GROUP} (one block of B's per tile), got "
                 f"BLOCK_K={config['BLOCK_K']}, BLOCK_N={config['BLOCK_N']}")
@@ -170,7 +172,10 @@ def smem_bytes(config: dict[str, Any]) -> int:
 
 
 def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimits) -> list[str]:
-    """Every rule ``config`` breaks for ``problem`` under ``limits`` (empty: feasible)."""
+    """Every rule ``config`` breaks for ``problem`` under ``limits`` (empty: feasible). A
+    cuBLAS product runs no template tile: only its own rule and the quantisation's apply."""
+    if lowered(problem) and config.get("PRODUCT") == "cublas":
+        return _quantisation_violations(problem, config, limits)
     out: list[str] = []
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
     for name, size, floor in (("BLOCK_M", problem.m, 16), ("BLOCK_N", problem.n, 32),
@@ -204,18 +209,23 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
     if config.get("TMA_STORE", 0) and row_bytes % 16:
         out.append(f"TMA_STORE=1 needs 16-byte output rows; n={problem.n} gives {row_bytes} B")
     if lowered(problem):
-        for why in (q_mode_refusal(config), block_refusal(config),
-                    product_refusal(problem, config, limits)):
-            if why:
-                out.append(why)
-        tile = config["Q_BLOCK_R"] * config["Q_BLOCK_K"]
-        if tile > Q_MAX_TILE:
-            out.append(f"quantisation tile {config['Q_BLOCK_R']}x{config['Q_BLOCK_K']} is over "
-                       f"{Q_MAX_TILE} elements")
-        if config["Q_BLOCK_K"] >= 2 * (1 << max(0, problem.k - 1).bit_length()) \
-                and config["Q_BLOCK_K"] > 128:
-            out.append(f"Q_BLOCK_K={config['Q_BLOCK_K']} is over twice k={problem.k} rounded up "
-                       "to a power of two")
+        out += _quantisation_violations(problem, config, limits)
+    return out
+
+
+def _quantisation_violations(problem: GemmProblem, config: dict[str, Any],
+                             limits: DeviceLimits) -> list[str]:
+    """The rules of a lowered ``config``'s quantisation and product choice."""
+    out = [why for why in (q_mode_refusal(config), block_refusal(config),
+                           product_refusal(problem, config, limits)) if why]
+    tile = config["Q_BLOCK_R"] * config["Q_BLOCK_K"]
+    if tile > Q_MAX_TILE:
+        out.append(f"quantisation tile {config['Q_BLOCK_R']}x{config['Q_BLOCK_K']} is over "
+                   f"{Q_MAX_TILE} elements")
+    if config["Q_BLOCK_K"] >= 2 * (1 << max(0, problem.k - 1).bit_length()) \
+            and config["Q_BLOCK_K"] > 128:
+        out.append(f"Q_BLOCK_K={config['Q_BLOCK_K']} is over twice k={problem.k} rounded up "
+                   "to a power of two")
     return out
 
 
@@ -329,7 +339,7 @@ def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
     if lowered(problem):
         # block scales multiplied by cuBLAS first, then whole rows (the operand with
         # contiguous rows read once), then the template's block scales
-        cublas = [dict(_BIG[0], PRODUCT="cublas", Q_BLOCK_R=r, Q_WARPS=w)
+        cublas = [{**CUBLAS_PRODUCT_KEYS, "PRODUCT": "cublas", "Q_BLOCK_R": r, "Q_WARPS": w}
                   for r, w in ((32, 4), (64, 8))]
         out = (cublas + [{**s, "Q_MODE": "whole_rows"} for s in out[:8]]
                + [{**base, "PERSISTENT": 1, "TMA_STORE": 1, "SCALES": "block"}
