@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.tokens import UserToken, digest, parse_tokens, parse_worker_tokens
@@ -78,20 +78,13 @@ class ServiceSettings(BaseSettings):
         "", description="comma-separated modules imported at start that register problem kinds "
         "(search.kinds.register) and their kernels, e.g. 'mypkg.kinds.scan'")
 
-    @field_validator("api_tokens", mode="before")
+    @field_validator("api_tokens", "worker_tokens", mode="before")
     @classmethod
-    def _tokens(cls, value: Any) -> Any:
+    def _tokens(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, str) or (isinstance(value, list | tuple)
                                       and all(isinstance(v, str) for v in value)):
-            return parse_tokens(value)
-        return value
-
-    @field_validator("worker_tokens", mode="before")
-    @classmethod
-    def _worker_tokens(cls, value: Any) -> Any:
-        if isinstance(value, str) or (isinstance(value, list | tuple)
-                                      and all(isinstance(v, str) for v in value)):
-            return parse_worker_tokens(value)
+            parse = parse_tokens if info.field_name == "api_tokens" else parse_worker_tokens
+            return parse(value)
         return value
 
     @model_validator(mode="after")

@@ -222,32 +222,14 @@ def _row_panel_kernel(
 
 
 @triton.jit
-def _whole_rows_kernel(
-    x_ptr, q_ptr, s_ptr, R, K, stride_xr, stride_xk, stride_qr,
-    BLOCK_R: tl.constexpr, K_P2: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
+def _scaled_tile_kernel(
+    x_ptr, q_ptr, s_ptr, R, K, stride_xr, stride_xk, stride_qr, stride_sr, stride_sg,
+    BLOCK_R: tl.constexpr, GROUP: tl.constexpr, PER_ROW: tl.constexpr,
+    ROUND_IN_FP32: tl.constexpr,
 ):  # fmt: skip
-    # Rows [pid * BLOCK_R, +BLOCK_R), each whole in registers: read once, amax, scale, cast.
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    cols = tl.arange(0, K_P2)
-    row_ok = rows < R
-    mask = row_ok[:, None] & (cols[None, :] < K)
-    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xr + cols[None, :] * stride_xk,
-                mask=mask, other=0.0).to(tl.float32)
-    amax = tl.max(tl.abs(x), axis=1)
-    nonzero = amax > 0
-    inv = tl.where(nonzero, tl.math.div_rn(448.0, tl.where(nonzero, amax, 1.0)), 1.0)
-    tl.store(s_ptr + rows, tl.where(nonzero, tl.math.div_rn(amax, 448.0), 1.0), mask=row_ok)
-    tl.store(q_ptr + rows.to(tl.int64)[:, None] * stride_qr + cols[None, :],
-             _to_e4m3(x * inv[:, None], ROUND_IN_FP32), mask=mask)
-
-
-@triton.jit
-def _group_kernel(
-    x_ptr, q_ptr, s_ptr, R, K, stride_xr, stride_xk, stride_qr,
-    BLOCK_R: tl.constexpr, GROUP: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
-):  # fmt: skip
-    # Rows [pid0 * BLOCK_R, +BLOCK_R), K group pid1: one amax (and scale) per row of the group,
-    # read once; the scale of row r, group g at s[g * R + r] (a group's scales contiguous).
+    # The [BLOCK_R, GROUP] tile (pid0, pid1), read once: one amax (and scale) per row of the
+    # tile (PER_ROW: 1 x GROUP groups; row r's scale at s[g * stride_sg + r * stride_sr]) or
+    # one for the tile (a block; at s[g * stride_sg + pid0 * stride_sr]).
     g = tl.program_id(1)
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = g * GROUP + tl.arange(0, GROUP)
@@ -256,34 +238,19 @@ def _group_kernel(
     x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xr + cols[None, :] * stride_xk,
                 mask=mask, other=0.0).to(tl.float32)
     amax = tl.max(tl.abs(x), axis=1)
+    if not PER_ROW:
+        amax = tl.max(amax, axis=0)
     nonzero = amax > 0
     inv = tl.where(nonzero, tl.math.div_rn(448.0, tl.where(nonzero, amax, 1.0)), 1.0)
-    tl.store(s_ptr + g * R + rows, tl.where(nonzero, tl.math.div_rn(amax, 448.0), 1.0),
-             mask=row_ok)
+    scale = tl.where(nonzero, tl.math.div_rn(amax, 448.0), 1.0)
+    if PER_ROW:
+        tl.store(s_ptr + g * stride_sg + rows * stride_sr, scale, mask=row_ok)
+        y = x * inv[:, None]
+    else:
+        tl.store(s_ptr + g * stride_sg + tl.program_id(0) * stride_sr, scale)
+        y = x * inv
     tl.store(q_ptr + rows.to(tl.int64)[:, None] * stride_qr + cols[None, :],
-             _to_e4m3(x * inv[:, None], ROUND_IN_FP32), mask=mask)
-
-
-@triton.jit
-def _block_kernel(
-    x_ptr, q_ptr, s_ptr, R, K, stride_xr, stride_xk, stride_qr, stride_sb,
-    BLOCK_R: tl.constexpr, GROUP: tl.constexpr, ROUND_IN_FP32: tl.constexpr,
-):  # fmt: skip
-    # The [BLOCK_R, GROUP] block (pid0, pid1): one amax (and scale) for the block, read once;
-    # the scale of row block b, group g at s[b * stride_sb + g].
-    g = tl.program_id(1)
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    cols = g * GROUP + tl.arange(0, GROUP)
-    mask = (rows[:, None] < R) & (cols[None, :] < K)
-    x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xr + cols[None, :] * stride_xk,
-                mask=mask, other=0.0).to(tl.float32)
-    amax = tl.max(tl.max(tl.abs(x), axis=1), axis=0)
-    nonzero = amax > 0
-    inv = tl.where(nonzero, tl.math.div_rn(448.0, tl.where(nonzero, amax, 1.0)), 1.0)
-    tl.store(s_ptr + tl.program_id(0) * stride_sb + g,
-             tl.where(nonzero, tl.math.div_rn(amax, 448.0), 1.0))
-    tl.store(q_ptr + rows.to(tl.int64)[:, None] * stride_qr + cols[None, :],
-             _to_e4m3(x * inv, ROUND_IN_FP32), mask=mask)
+             _to_e4m3(y, ROUND_IN_FP32), mask=mask)
 
 
 @triton.jit
@@ -453,9 +420,9 @@ def quantise_whole_rows(x: torch.Tensor, *, q: torch.Tensor | None = None,
     q, scale = _buffers(x, q, scale, r)
     k_p2 = triton.next_power_of_2(k)
     block_r = max(1, WHOLE_ROW_VALUES // k_p2)
-    _whole_rows_kernel[(triton.cdiv(r, block_r),)](
-        x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0), BLOCK_R=block_r, K_P2=k_p2,
-        ROUND_IN_FP32=x.device.type != "cuda", num_warps=8)
+    _scaled_tile_kernel[(triton.cdiv(r, block_r), 1)](  # one group: the whole row
+        x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0), 1, 0, BLOCK_R=block_r,
+        GROUP=k_p2, PER_ROW=True, ROUND_IN_FP32=x.device.type != "cuda", num_warps=8)
     return q, scale
 
 
@@ -487,9 +454,9 @@ def quantise_groups(x: torch.Tensor, *, block_r: int, num_warps: int,
     _check_panel_tiles(block_r, GROUP, 1)
     r, k = x.shape
     q, scale = _buffers(x, q, scale, group_scales(r, k))
-    _group_kernel[(triton.cdiv(r, block_r), triton.cdiv(k, GROUP))](
-        x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0), BLOCK_R=block_r,
-        GROUP=GROUP, ROUND_IN_FP32=x.device.type != "cuda", num_warps=num_warps)
+    _scaled_tile_kernel[(triton.cdiv(r, block_r), triton.cdiv(k, GROUP))](
+        x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0), 1, r, BLOCK_R=block_r,
+        GROUP=GROUP, PER_ROW=True, ROUND_IN_FP32=x.device.type != "cuda", num_warps=num_warps)
     return q, scale.view(triton.cdiv(k, GROUP), r)
 
 
@@ -502,9 +469,10 @@ def quantise_blocks(x: torch.Tensor, *, num_warps: int, q: torch.Tensor | None =
     r, k = x.shape
     q, scale = _buffers(x, q, scale, block_scales(r, k))
     ld, groups = block_scale_stride(k), triton.cdiv(k, GROUP)
-    _block_kernel[(triton.cdiv(r, BLOCK_ROWS), groups)](
-        x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0), ld, BLOCK_R=BLOCK_ROWS,
-        GROUP=GROUP, ROUND_IN_FP32=x.device.type != "cuda", num_warps=num_warps)
+    _scaled_tile_kernel[(triton.cdiv(r, BLOCK_ROWS), groups)](
+        x, q, scale, r, k, x.stride(0), x.stride(1), q.stride(0), ld, 1, BLOCK_R=BLOCK_ROWS,
+        GROUP=GROUP, PER_ROW=False, ROUND_IN_FP32=x.device.type != "cuda",
+        num_warps=num_warps)
     return q, scale.view(-1, ld)[:, :groups]
 
 
