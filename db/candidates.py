@@ -107,6 +107,17 @@ def requeue_for_recheck(session: Session, candidate_id: int) -> None:
                             lease_expires_at=None, worker_id=None))
 
 
+def held_outstanding(session: Session, job_id: int) -> dict[int, datetime]:
+    """The job's candidates queued or leased again for the re-measurement of their held
+    result (``service.plausibility``), each with when the result was held."""
+    rows = session.execute(
+        select(CandidateRow.id, MeasurementRow.created_at)
+        .join(MeasurementRow, MeasurementRow.candidate_id == CandidateRow.id)
+        .where(CandidateRow.job_id == job_id, CandidateRow.status.in_(OUTSTANDING),
+               MeasurementRow.status == Status.HELD.value)).all()
+    return {int(cid): at for cid, at in rows}
+
+
 def cancel_outstanding(session: Session, job_id: int, reason: str,
                        statuses: Sequence[str] = OUTSTANDING) -> int:
     """Cancel the job's candidates in ``statuses``; returns how many."""

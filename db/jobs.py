@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from db.models import CandidateRow, JobRow, MeasurementRow, PlanMarkRow, ProblemRow
 from db.records import ACTIVE_JOB, OUTSTANDING, JobRecord, JobStatus, ProblemRecord
 from search import kinds
-from search.types import Problem, parse_problem
+from search.types import Problem, Status, parse_problem
 
 
 def get_or_create_problem(session: Session, problem: Problem, now: datetime) -> ProblemRecord:
@@ -206,6 +206,21 @@ def running_with_deadline(session: Session) -> list[JobRecord]:
         .where(JobRow.status == JobStatus.RUNNING.value, JobRow.max_seconds.is_not(None))
         .order_by(JobRow.id)).all()
     return [JobRecord.of(j, p) for j, p in rows]
+
+
+def held_waits_over(session: Session, stage: str, held_before: datetime) -> list[int]:
+    """Running jobs in ``stage`` (their decision waits for the re-measurement of held
+    results) none of whose results still queued for re-measurement was held after
+    ``held_before``: their wait is over."""
+    recent = (exists().where(CandidateRow.job_id == JobRow.id,
+                             CandidateRow.status.in_(OUTSTANDING),
+                             MeasurementRow.candidate_id == CandidateRow.id,
+                             MeasurementRow.status == Status.HELD.value,
+                             MeasurementRow.created_at > held_before))
+    return list(session.scalars(
+        select(JobRow.id).where(JobRow.status == JobStatus.RUNNING.value,
+                                JobRow.stage == stage, ~recent)
+        .order_by(JobRow.id)))
 
 
 def unbound_jobs(session: Session, gpu_model: str, *, after: int = 0, limit: int = 32,

@@ -15,7 +15,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -47,6 +47,8 @@ Clock = Callable[[], datetime]
 #: A trial running this long (or a lease, if longer) without a candidate was left by a dead
 #: process: another process's proposals are stored within seconds of being asked.
 STALE_TRIAL_S = 60.0
+#: The stage of a job whose decision waits for other workers to re-measure its held results.
+RECHECK = "recheck"
 
 
 class AgentLoop:
@@ -76,11 +78,23 @@ class AgentLoop:
                 # the worker resolved once: later rounds reuse it
                 ev, device = self.evidence(job, now, device)
                 p = decision.plan(ev)
-                if job.stage != str(p.stage):
+                # a decision waits while another worker may still confirm a held result
+                waits = (p.stage == decision.Stage.DECIDED
+                         and self.recheck_wait(job, now) is not None)
+                stage = RECHECK if waits else str(p.stage)
+                if job.stage != stage:
                     with self.db.session() as s:
-                        jobs.set_stage(s, job.id, str(p.stage))
-                if not self._act(job, ev, p, device, now):
+                        jobs.set_stage(s, job.id, stage)
+                if waits or not self._act(job, ev, p, device, now):
                     return
+
+    def recheck_wait(self, job: JobRecord, now: datetime) -> datetime | None:
+        """Until when the job's decision waits for the re-measurement of its held results
+        still queued (:func:`recheck_until`); None once there is nothing to wait for."""
+        with self.db.read_session() as s:
+            held = cands.held_outstanding(s, job.id)
+        until = recheck_until(job, held, self.settings.held_wait_seconds)
+        return until if until is not None and now < until else None
 
     # -- evidence -----------------------------------------------------------------------------
     def evidence(self, job: JobRecord, now: datetime, device: dict[str, Any] | None = None
@@ -159,7 +173,7 @@ class AgentLoop:
                           now)
             elif isinstance(action, decision.StopTier):
                 changed |= bool(self._drop_pending(job, f"tier over: {action.reason}",
-                                                   action.tier))
+                                                   action.tier, keep_held=True))
             elif isinstance(action, decision.Search):
                 changed |= self._search(job, ev, action, device, now)
             elif isinstance(action, decision.Verify):
@@ -316,12 +330,13 @@ class AgentLoop:
         left = math.inf if action.compile_left_s is None else action.compile_left_s
         return CompileBudget(left, frozenset(built), frozenset(pending))
 
-    def _drop_pending(self, job: JobRecord, reason: str, tier: str | None = None
-                      ) -> list[CandidateRecord]:
-        """Cancel the job's pending candidates (of ``tier`` only, if given) and close their
-        trials in the tuners; returns them."""
+    def _drop_pending(self, job: JobRecord, reason: str, tier: str | None = None, *,
+                      keep_held: bool = False) -> list[CandidateRecord]:
+        """Cancel the job's pending candidates (of ``tier`` only, if given; ``keep_held``:
+        not those queued for the re-measurement of a held result) and close their trials in
+        the tuners; returns them."""
         with self.db.session() as s:
-            dropped = _cancel_pending(s, job.id, reason, tier)
+            dropped = _cancel_pending(s, job.id, reason, tier, keep_held=keep_held)
         self.abandon(job, dropped)
         return dropped
 
@@ -337,6 +352,7 @@ class AgentLoop:
             if current is None or current.status != JobStatus.RUNNING:
                 return
             dropped = _cancel_pending(s, job.id, "decided")
+            _unconfirmed(s, current, now, self.settings.held_wait_seconds)
             rf = d.roofline
             if pick is not None:
                 decisions.add_decision(
@@ -419,11 +435,39 @@ def time_up(job: JobRecord, now: datetime) -> bool:
     return (now - job.started_at).total_seconds() >= job.max_seconds
 
 
-def _cancel_pending(s: Session, job_id: int, reason: str, tier: str | None = None
-                    ) -> list[CandidateRecord]:
-    """Cancel the job's pending candidates (of ``tier`` only, if given); returns them."""
+def recheck_until(job: JobRecord, held: dict[int, datetime], wait_s: float
+                  ) -> datetime | None:
+    """Until when the job's decision waits for the re-measurement of ``held`` (candidate:
+    when its result was held): ``wait_s`` after the last was held, never past the job's time
+    budget; None when nothing is held."""
+    if not held:
+        return None
+    until = max(held.values()) + timedelta(seconds=wait_s)
+    if job.max_seconds is not None and job.started_at is not None:
+        until = min(until, job.started_at + timedelta(seconds=job.max_seconds))
+    return until
+
+
+def _unconfirmed(s: Session, job: JobRecord, now: datetime, wait_s: float) -> None:
+    """Say of each held result of the job that no other worker re-measured (the job ends
+    now, without it) why it was never confirmed."""
+    why = ("the job's time budget ran out first" if time_up(job, now) else
+           f"no other worker re-measured it within {wait_s:g} s (KS_HELD_WAIT_SECONDS)")
+    for m in measurements.held_of_job(s, job.id):
+        if "recheck" not in (m.extra or {}):
+            measurements.settle_held(
+                s, m, confirmed=False, extra={},
+                error=f"{m.error}; unconfirmed: {why}, so the job ended without it")
+
+
+def _cancel_pending(s: Session, job_id: int, reason: str, tier: str | None = None, *,
+                    keep_held: bool = False) -> list[CandidateRecord]:
+    """Cancel the job's pending candidates (of ``tier`` only, if given; ``keep_held``: not
+    those queued for the re-measurement of a held result); returns them."""
+    keep = set(cands.held_outstanding(s, job_id)) if keep_held else set()
     dropped = [c for c in cands.job_candidates(s, job_id)
-               if c.status == CandidateStatus.PENDING and (tier is None or c.tier == tier)]
+               if c.status == CandidateStatus.PENDING and (tier is None or c.tier == tier)
+               and c.id not in keep]
     cands.cancel_ids(s, [c.id for c in dropped], reason)
     return dropped
 

@@ -34,7 +34,7 @@ from db.records import (
 from search import kinds
 from search.decision import Policy
 from search.types import Candidate, Device, Measurement, Problem, ProblemError, Status
-from service.agent_loop import AgentLoop, time_up
+from service.agent_loop import RECHECK, AgentLoop, recheck_until, time_up
 from service.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
 from service.reports import Shared, store
 from service.settings import ServiceSettings
@@ -64,7 +64,8 @@ class JobState:
     custom_best: MeasurementRecord | None
     now: datetime
     decision: DecisionRecord | None = None
-    #: why a queued job has not started (no worker of its GPU model, or none seen lately)
+    #: why a queued job has not started (no worker of its GPU model, or none seen lately), or
+    #: why a running one has not decided (held results wait for a re-measurement)
     waiting: str | None = None
     #: its results held as faster than the roofline allows (``service.plausibility``)
     held: tuple[MeasurementRecord, ...] = ()
@@ -156,7 +157,8 @@ class Flow:
     def job_state(self, job_id: int) -> JobState:
         now = self.clock()
         job = self._job(job_id)
-        if job.status == JobStatus.RUNNING and time_up(job, now):
+        if job.status == JobStatus.RUNNING and (time_up(job, now) or (
+                job.stage == RECHECK and self.agent.recheck_wait(job, now) is None)):
             self._plan(job.id)
         with self.db.read_session() as s:
             return self._state(s, job_id, now)
@@ -466,7 +468,10 @@ class Flow:
 
     def _waiting(self, s: Session, job: JobRecord, now: datetime) -> str | None:
         """Why a queued job waits: no worker of its target GPU model (or none at all) has
-        registered, or none has been seen within a lease."""
+        registered, or none has been seen within a lease; or why a running one has not
+        decided: its held results wait for another worker's re-measurement."""
+        if job.status == JobStatus.RUNNING and job.stage == RECHECK:
+            return self._rechecking(s, job)
         if job.status != JobStatus.QUEUED:
             return None
         model = job.target_gpu
@@ -479,6 +484,20 @@ class Flow:
             return (f"no worker of {who} has been seen for {quiet:.0f} s (the last was "
                     f"{worker.name!r})")
         return None
+
+    def _rechecking(self, s: Session, job: JobRecord) -> str | None:
+        """Why a job whose search is over has not decided (``AgentLoop.recheck_wait``)."""
+        held = cands.held_outstanding(s, job.id)
+        wait = self.settings.held_wait_seconds
+        until = recheck_until(job, held, wait)
+        if until is None:
+            return None
+        ids = ", ".join(str(i) for i in sorted(held))
+        return (f"its search is over; the decision waits for another worker to re-measure "
+                f"held candidate{'s' if len(held) > 1 else ''} {ids} (held as faster than the "
+                f"roofline allows) until {until.isoformat(timespec='seconds')} "
+                f"(KS_HELD_WAIT_SECONDS={wait:g}, within the job's time budget), then "
+                "decides without them")
 
     def _eligible(self, gpu_model: str) -> Iterator[JobRecord]:
         """The jobs a worker of ``gpu_model`` may serve, oldest first, read a page at a time

@@ -5,7 +5,8 @@ results, and both mark the jobs they touched (``plan_marks``, in the transaction
 change). The planner claims marked jobs (``FOR UPDATE SKIP LOCKED``: several planners share the
 marks), tells each tier's Optuna study what its trials measured (``AgentLoop.settle``), and
 advances the job: proposals, verification, the decision. It also finishes running jobs whose
-time budget ran out.
+time budget ran out, and those whose decision waited for the re-measurement of held results
+(``KS_HELD_WAIT_SECONDS``) past the wait.
 
 Nothing is lost on a crash: a mark is cleared by the claim, and a planner that dies before
 planning leaves results stored and trials running; the next mark of the job (or
@@ -20,10 +21,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 
 from db import jobs
 from db.records import JobStatus
-from service.agent_loop import time_up
+from service.agent_loop import RECHECK, time_up
 from service.flow import Flow
 from service.outages import describe, outage_of
 
@@ -32,7 +34,8 @@ log = logging.getLogger("kernelsearch.planner")
 #: Jobs claimed at a time: a claim's marks are cleared together, so a small batch keeps the
 #: marks of the rest visible to other planners.
 BATCH = 8
-#: How often running jobs with a time budget are checked for an expired budget.
+#: How often running jobs with a time budget are checked for an expired budget, and those
+#: waiting for held results' re-measurement for the end of the wait.
 DEADLINE_EVERY_S = 1.0
 #: How often running jobs with nothing outstanding are marked: a mark cleared by a claim whose
 #: planning then failed with the database (so it could not be marked again) is not lost.
@@ -52,9 +55,10 @@ class Planner:
 
     def step(self) -> int:
         """Plan one batch of marked jobs (and, every ``DEADLINE_EVERY_S``, the running jobs
-        out of time); returns how many jobs were claimed. A job whose planning failed is
-        logged and left to its next mark; on a database outage the claimed jobs not planned
-        are marked again and the outage is raised (``run`` waits and retries)."""
+        out of time or done waiting for held results); returns how many jobs were claimed.
+        A job whose planning failed is logged and left to its next mark; on a database
+        outage the claimed jobs not planned are marked again and the outage is raised
+        (``run`` waits and retries)."""
         with self.flow.db.session() as s:
             ids = jobs.claim_due(s, self.batch)
         for n, job_id in enumerate(ids):
@@ -126,7 +130,9 @@ class Planner:
 
     def _deadlines(self) -> None:
         now = self.flow.clock()
+        held_before = now - timedelta(seconds=self.flow.settings.held_wait_seconds)
         with self.flow.db.read_session() as s:
-            late = [j.id for j in jobs.running_with_deadline(s) if time_up(j, now)]
-        for job_id in late:
+            late = {j.id for j in jobs.running_with_deadline(s) if time_up(j, now)}
+            late.update(jobs.held_waits_over(s, RECHECK, held_before))
+        for job_id in sorted(late):
             self.flow.agent.advance(job_id)

@@ -229,11 +229,14 @@ class JobOut(BaseModel):
     policy: dict[str, Any] = {}
     stage: str | None = Field(None, description="where the decision loop stands: library, "
                                                 "cutlass (its search), custom, verify, "
-                                                "decided")
+                                                "recheck (the decision waits for held "
+                                                "results' re-measurement), decided")
     decision: DecisionOut | None = None
     waiting: str | None = Field(None, description="why a queued job has not started: no "
                                                   "worker of its GPU model registered, or "
-                                                  "none seen within a lease")
+                                                  "none seen within a lease; or why a "
+                                                  "running one in stage recheck has not "
+                                                  "decided")
     held: list[HeldOut] = Field([], description="results held as faster than the roofline "
                                                 "allows, each with why and what its "
                                                 "re-measurement said")
@@ -249,7 +252,9 @@ class HeldOut(BaseModel):
     backend: str | None
     median_us: float | None
     worker_id: int | None
-    reason: str | None = Field(description="why it is held, or why it stays refused")
+    reason: str | None = Field(description="why it is held, why it stays refused, or why it "
+                                           "was never confirmed (unconfirmed: the job ended "
+                                           "before another worker re-measured it)")
 
 
 class DecisionOut(BaseModel):

@@ -66,6 +66,10 @@ class ServiceSettings(BaseSettings):
     implausible_below: float = Field(
         0.5, ge=0, le=1, description="a kernel measured faster than this share of its "
         "roofline time is held until another worker confirms it (0: never held)")
+    held_wait_seconds: float = Field(
+        600.0, ge=0, description="how long after a result is held a job whose search is "
+        "over waits for another worker to re-measure it before it decides without it (the "
+        "job's time budget still ends it; 0: no wait)")
     max_problem_bytes: int = Field(64 << 30, ge=1, description="operand bytes a job may need")
     max_body_bytes: int = Field(
         8 << 20, ge=1024, description="largest request body (a worker's CUTLASS catalogue is "

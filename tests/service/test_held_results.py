@@ -12,6 +12,10 @@ from typing import Any
 import pytest
 
 from db import calibrations
+from db import candidates as cands
+from search import decision
+from service.planner import Planner
+from service.settings import ServiceSettings
 
 pytestmark = pytest.mark.uncalibrated
 
@@ -21,6 +25,14 @@ QUERY = {"m": 2048, "n": 2048, "k": 2048, "dtype": "bf16", "gpu": H100["gpu"]}
 #: the worker's software matches the calibration's, so no new calibration is asked for
 ENV = {"driver": H100["env"]["driver"], "cuda": H100["env"]["cuda"],
        "torch": H100["env"]["torch"]}
+
+
+@pytest.fixture
+def settings(database_url: str, request: pytest.FixtureRequest) -> ServiceSettings:
+    """Inline planning, unless a test asks for ``background`` (``indirect`` parametrization)."""
+    return ServiceSettings(database_url=database_url, lease_seconds=60, window=4,
+                           max_attempts=3, default_max_trials=8,
+                           planning=getattr(request, "param", "inline"))
 
 
 @pytest.fixture
@@ -139,3 +151,114 @@ def test_an_interpreter_calibration_holds_nothing(app: Any, driver: Any) -> None
     for c in grant["candidates"]:
         driver.report(w, grant["lease_id"], c["id"], driver.fake_ok(1.0))
     assert driver.job(job["id"])["held"] == []
+
+
+def plan(app: Any) -> None:
+    """Under background planning, what the planner would do now (inline: nothing to do)."""
+    if app.state.flow.background:
+        Planner(app.state.flow).drain()
+
+
+def run(app: Any, driver: Any, worker: int, median_of: Any) -> list[int]:
+    """Lease and report until the worker is offered nothing (the planner planning between
+    calls under background planning); returns the candidates it ran."""
+    ran: list[int] = []
+    for _ in range(50):
+        plan(app)
+        grant = driver.lease(worker, 8)
+        if not grant["candidates"]:
+            plan(app)
+            grant = driver.lease(worker, 8)
+        if not grant["candidates"]:
+            return ran
+        for c in grant["candidates"]:
+            driver.report(worker, grant["lease_id"], c["id"], driver.answer(c, median_of))
+            ran.append(c["id"])
+    raise AssertionError("the worker was still offered candidates after 50 leases")
+
+
+def held_job(app: Any, driver: Any, budget: dict[str, Any]) -> tuple[int, int, int, int]:
+    """A job whose one worker reports 1.0 us for its first Triton candidate (held: the
+    roofline is 22 us) and honest times for the rest, until it is offered nothing more;
+    returns the job, the liar, another worker, and the held candidate."""
+    job = driver.submit(budget, problem=GEMM, gpu=H100["gpu"])
+    liar, honest = driver.register("liar", **ENV), driver.register("honest", **ENV)
+    fake: list[int] = []
+
+    def liar_times(c: dict[str, Any]) -> float:
+        if c["backend"] == "triton" and not fake:
+            fake.append(c["id"])
+        return 1.0 if c["id"] in fake else (30.0 if c["backend"] == "cublas"
+                                            else 40.0 + c["id"])
+
+    ran = run(app, driver, liar, liar_times)
+    assert fake and fake[0] in ran
+    return job["id"], liar, honest, fake[0]
+
+
+@pytest.mark.parametrize("settings", ["inline", "background"], indirect=True)
+def test_a_job_does_not_finish_while_its_held_result_awaits_re_measurement(
+        h100: None, app: Any, driver: Any, client: Any) -> None:
+    job, liar, honest, fake = held_job(app, driver, {"max_trials": 4})
+    view = driver.job(job)
+    # its budget is spent, but the held kernel is the fastest: the job waits for a check
+    assert view["status"] == "running" and view["stage"] == "recheck"
+    assert [h["candidate_id"] for h in view["held"]] == [fake]
+    assert f"re-measure held candidate {fake}" in view["waiting"]
+    assert "KS_HELD_WAIT_SECONDS" in view["waiting"]
+    ran = run(app, driver, honest, lambda c: 1.05 if c["id"] == fake else 35.0)
+    assert fake in ran
+    plan(app)
+    final = driver.job(job)
+    assert final["status"] == "done" and final["held"] == [] and final["waiting"] is None
+    # confirmed, the held kernel is decided on (its verification rounds give the time)
+    assert final["decision"]["chosen"] == "custom" and final["decision"]["median_us"] < 2.0
+    assert client.get("/v1/best", params=QUERY).json()["median_us"] < 2.0
+
+
+@pytest.mark.parametrize("ends", ["wait", "time budget"])
+@pytest.mark.parametrize("settings", ["inline", "background"], indirect=True)
+def test_a_held_result_no_worker_re_measures_ends_the_job_unconfirmed(
+        h100: None, app: Any, driver: Any, client: Any, clock: Any, ends: str) -> None:
+    """With no other worker to re-measure it, the job waits ``KS_HELD_WAIT_SECONDS`` after the
+    result was held (its time budget, if sooner), then decides without it and says so."""
+    budget = {"max_trials": 4} | ({"max_seconds": 120} if ends == "time budget" else {})
+    job, liar, honest, fake = held_job(app, driver, budget)
+    left = 120 if ends == "time budget" else app.state.flow.settings.held_wait_seconds
+    assert left < 1000  # the wait is bounded by the setting, not the job's default budget
+
+    def planned_view() -> dict[str, Any]:
+        if app.state.flow.background:  # no request: the planner's own sweep ends the wait
+            Planner(app.state.flow).step()
+            plan(app)
+        return driver.job(job)
+
+    clock.advance(left - 1)
+    waiting = planned_view()
+    assert waiting["status"] == "running" and waiting["stage"] == "recheck"
+    clock.advance(1)
+    final = planned_view()
+    assert final["status"] == "done" and final["waiting"] is None
+    assert final["decision"]["median_us"] > 2.0 and final["best"]["median_us"] > 2.0
+    assert [h["candidate_id"] for h in final["held"]] == [fake]
+    reason = final["held"][0]["reason"]
+    assert reason.startswith("held: 1 us is under 0.5 x the roofline's 22 us")
+    assert ("unconfirmed: the job's time budget ran out first" if ends == "time budget" else
+            "unconfirmed: no other worker re-measured it within 600 s (KS_HELD_WAIT_SECONDS)"
+            ) in reason
+    assert reason.endswith("so the job ended without it")
+    assert client.get("/v1/best", params=QUERY).json()["median_us"] > 2.0
+    assert fake not in [c["id"] for c in driver.lease(honest, 64)["candidates"]]
+
+
+def test_a_stopped_search_keeps_its_held_candidate_queued(h100: None, app: Any,
+                                                          driver: Any) -> None:
+    """A search stopped with trials still queued (the CUTLASS search at verdict 1, say)
+    cancels them, but not a candidate queued for the re-measurement of its held result."""
+    job, liar, honest, fake = held_job(app, driver, {"max_trials": 4})
+    flow = app.state.flow
+    with flow.db.read_session() as s:
+        tier = cands.get_candidate(s, fake).tier
+    stop = decision.Plan(decision.Stage.CUSTOM, (decision.StopTier(tier, "stopped"),))
+    flow.agent._act(flow.job(job), None, stop, {}, flow.clock())
+    assert fake in [c["id"] for c in driver.lease(honest, 64)["candidates"]]
