@@ -161,11 +161,11 @@ def warn_if_open(settings: ServiceSettings) -> None:
     if not identities:
         log.warning("no worker token configured (KS_WORKER_TOKEN, KS_WORKER_TOKENS): anyone "
                     "who reaches the service can register a worker")
-    if len(identities) <= 1 and settings.implausible_below > 0:
+    if not settings.distinct_confirmers and settings.implausible_below > 0:
         log.warning("one worker token identity or none: a held result is confirmed by any "
                     "other worker name, so one token holder can confirm its own; collusion "
                     "protection needs a token per host (KS_WORKER_TOKENS)")
-    elif len(identities) > 1:
+    elif settings.distinct_confirmers:
         log.info("worker token identities: %s; a held result is confirmed only by a worker "
                  "of another identity", ", ".join(t.name for t in identities))
     if not settings.public_reads and not settings.api_tokens:

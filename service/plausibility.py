@@ -22,8 +22,8 @@ from search.decision import Policy
 from search.roofline import Calibration, roofline
 from search.types import Measurement
 
-__all__ = ["CONFIRM_TOLERANCE", "agrees", "confirms_across", "same_identity", "verdict",
-           "why_held"]
+__all__ = ["CONFIRM_TOLERANCE", "agrees", "confirms_across", "refused_within_identity",
+           "verdict", "why_held"]
 
 #: Two times agree when they differ by at most this share of the larger.
 CONFIRM_TOLERANCE = 0.10
@@ -65,7 +65,7 @@ def confirms_across(held_by: WorkerRecord | None, worker: WorkerRecord) -> bool:
             and worker.token_name is not None and held_by.token_name != worker.token_name)
 
 
-def same_identity(candidate_id: int, held_by: WorkerRecord | None,
+def refused_within_identity(candidate_id: int, held_by: WorkerRecord | None,
                   worker: WorkerRecord) -> str:
     """Why ``worker``'s re-measurement of a held result is refused (:func:`confirms_across`)."""
     theirs = held_by.token_name if held_by is not None else None

@@ -99,7 +99,8 @@ def store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
             if not plausibility.confirms_across(held_by, worker):
                 if cand.status == CandidateStatus.LEASED:
                     cands.requeue_for_recheck(s, cand.id)
-                return Stored(cand, job, plausibility.same_identity(cand.id, held_by, worker))
+                why = plausibility.refused_within_identity(cand.id, held_by, worker)
+                return Stored(cand, job, why)
         return _recheck(s, cand, job, worker, stored, measurement)
     if stored is not None:
         return Stored(cand, job, DUPLICATE.format(id=candidate_id), stored)

@@ -121,7 +121,7 @@ class ServiceSettings(BaseSettings):
     def distinct_confirmers(self) -> bool:
         """Whether a held result needs a worker of another token identity to confirm it (more
         than one identity configured), not just another worker."""
-        return len(self.worker_tokens) + bool(self.worker_token) > 1
+        return len(self.worker_identities) > 1
 
     @property
     def plugin_modules(self) -> tuple[str, ...]:

@@ -66,6 +66,7 @@ from kernel_templates.gemm.fp8_quant import (
 )
 from kernel_templates.gemm.host import cached_buffer, cc_major, sm_count
 from kernel_templates.gemm.triton import _store_c, _tile_coords
+from search.kinds.gemm.fp8_space import block_tile_refusal
 
 __all__ = ["OUT_DTYPES", "cublas_block_product", "fp8_gemm", "lowered_matmul",
            "scaled_matmul"]
@@ -80,13 +81,13 @@ OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 @triton.jit
 def _partial(a, b, acc, sa_ptr, sb_ptr, kk, offs_m, off_n, M, SB_LD,
-             BLOCK_SCALES: tl.constexpr, IMPRECISE: tl.constexpr):
+             BLOCK_SCALES: tl.constexpr, IMPRECISE: tl.constexpr, SB_ROWS: tl.constexpr):
     # One K tile's product into the accumulator. Block scales (``BLOCK_K`` = the scales' group,
     # the tile inside one of B's 128-column blocks): the tile's partial sums times A's row
     # scales and B's block scale of this group, added to the fp32 accumulator.
     if BLOCK_SCALES:
         s = tl.load(sa_ptr + kk * M + offs_m, mask=offs_m < M, other=0.0)
-        s = s * tl.load(sb_ptr + (off_n // 128) * SB_LD + kk)
+        s = s * tl.load(sb_ptr + (off_n // SB_ROWS) * SB_LD + kk)
         return acc + tl.dot(a, b.T) * s[:, None]
     return tl.dot(a, b.T, acc, max_num_imprecise_acc=IMPRECISE)
 
@@ -109,6 +110,7 @@ def _fp8_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, ROW_SCALES: tl.constexpr, BLOCK_SCALES: tl.constexpr,
     EVEN_MN: tl.constexpr, IMPRECISE: tl.constexpr, TMA_STORE: tl.constexpr,
+    SB_ROWS: tl.constexpr,
 ):  # fmt: skip
     pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     off_m = pid_m * BLOCK_M
@@ -120,7 +122,7 @@ def _fp8_gemm_kernel(
         a = a_desc.load([off_m, kk * BLOCK_K])
         b = b_desc.load([off_n, kk * BLOCK_K])
         acc = _partial(a, b, acc, sa_ptr, sb_ptr, kk, offs_m, off_n, M, SB_LD, BLOCK_SCALES,
-                       IMPRECISE)
+                       IMPRECISE, SB_ROWS)
     acc = _scaled(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, ROW_SCALES, BLOCK_SCALES)
     if TMA_STORE:
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
@@ -134,6 +136,7 @@ def _fp8_gemm_persistent_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, ROW_SCALES: tl.constexpr, BLOCK_SCALES: tl.constexpr,
     EVEN_MN: tl.constexpr, IMPRECISE: tl.constexpr, TMA_STORE: tl.constexpr,
+    SB_ROWS: tl.constexpr,
 ):  # fmt: skip
     # As ``_fp8_gemm_kernel``, but at most one program per SM (cluster), each walking the
     # output tiles tile0, tile0 + programs, ... with the tile and K loops fused into one
@@ -151,7 +154,7 @@ def _fp8_gemm_persistent_kernel(
             a = a_desc.load([off_m, kk * BLOCK_K])
             b = b_desc.load([off_n, kk * BLOCK_K])
             acc = _partial(a, b, acc, sa_ptr, sb_ptr, kk, offs_m, off_n, M, SB_LD, BLOCK_SCALES,
-                           IMPRECISE)
+                           IMPRECISE, SB_ROWS)
         acc = _scaled(acc, sa_ptr, sb_ptr, offs_m, offs_n, M, N, ROW_SCALES, BLOCK_SCALES)
         if TMA_STORE:
             c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
@@ -204,9 +207,9 @@ def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, scale_b:
                              f"{want[0]} and {want[1]} with unit column stride, got "
                              f"{tuple(scale_a.shape)} and {tuple(scale_b.shape)}")
         sb_ld = scale_b.stride(0)
-        if bk != GROUP or BLOCK_ROWS % bn:
-            raise ValueError(f"block scales need BLOCK_K = {GROUP} and a BLOCK_N dividing "
-                             f"{BLOCK_ROWS}, got BLOCK_K={bk}, BLOCK_N={bn}")
+        why = block_tile_refusal(bk, bn)
+        if why:
+            raise ValueError(why)
     elif (scale_a.numel(), scale_b.numel()) not in ((1, 1), (m, n)):
         raise ValueError(f"scales must be per tensor (1, 1) or per row and column ({m}, {n}), "
                          f"got ({scale_a.numel()}, {scale_b.numel()})")
@@ -226,7 +229,7 @@ def fp8_gemm(qa: torch.Tensor, qb: torch.Tensor, scale_a: torch.Tensor, scale_b:
         out.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"],
         ROW_SCALES=rows, BLOCK_SCALES=block_scales, EVEN_MN=m % bm == 0 and n % bn == 0,
         IMPRECISE=None if cfg["FAST_ACC"] or block_scales else bk, TMA_STORE=dc is not None,
-        **launch,
+        SB_ROWS=BLOCK_ROWS, **launch,
     )  # fmt: skip
     return out
 
@@ -272,8 +275,10 @@ _SCALES: dict[torch.device, torch.Tensor] = {}
 def _quantised_buffers(device: torch.device, m: int, n: int, k: int
                        ) -> tuple[torch.Tensor, ...]:
     """Reused per device (like the split-K workspace, not for two concurrent streams): the
-    fp8 copies of A ``[M, K]`` and B ``[N, K]`` (rows padded to 16 bytes), their scales and
-    their amax work buffers (one cell per row)."""
+    fp8 copies of A ``[M, K]`` and B ``[N, K]`` (rows padded to 16 bytes), their per-row
+    scales and amax work buffers (one cell per row), and their block scales' cells
+    (``group_scales``, ``block_scales``): the last two share the memory of the first four, a
+    call using one set or the other."""
     ld = row_stride(k)
     qa = cached_buffer(_Q_A, device, m * ld, F8, zeroed=False, least=1 << 16)
     qb = cached_buffer(_Q_B, device, n * ld, F8, zeroed=False, least=1 << 16)
@@ -308,18 +313,18 @@ def lowered_matmul(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         return fp8_gemm(qa, qb, ga, gb, cfg, out2, block_scales=True)
     per_row = cfg["SCALES"] == "row"
     q = {"block_r": cfg["Q_BLOCK_R"], "block_k": cfg["Q_BLOCK_K"], "num_warps": cfg["Q_WARPS"]}
-    if cfg["Q_MODE"] == "whole_rows":  # per row (check_config refuses it otherwise)
-        bt = b2.T
-        qa, sa = (quantise_whole_rows(a2, q=qa, scale=sa) if whole_rows_fit(a2)
-                  else quantise(a2, "row", q=qa, scale=sa, amax=amax_a, **q))
-        qb, sb = (quantise_whole_rows(bt, q=qb, scale=sb) if whole_rows_fit(bt)
-                  else quantise(bt, "row", q=qb, scale=sb, amax=amax_b, **q))
-        return fp8_gemm(qa, qb, sa, sb, cfg, out2)
     if cfg["Q_MODE"] == "panel":  # per row (check_config refuses it with SCALES="tensor")
         qa, sa, qb, sb = quantise_pair_panel(a2, b2.T, qa=qa, sa=sa, qb=qb, sb=sb, **q)
         return fp8_gemm(qa, qb, sa, sb, cfg, out2)
-    qa, sa = quantise(a2, cfg["SCALES"], q=qa, scale=sa if per_row else sa[:1],
-                      amax=amax_a if per_row else amax_a[:1], **q)
-    qb, sb = quantise(b2.T, cfg["SCALES"], q=qb, scale=sb if per_row else sb[:1],
-                      amax=amax_b if per_row else amax_b[:1], **q)
+    whole = cfg["Q_MODE"] == "whole_rows"  # per row (check_config refuses it otherwise)
+
+    def operand(x: torch.Tensor, into: torch.Tensor, scale: torch.Tensor,
+                amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if whole and whole_rows_fit(x):
+            return quantise_whole_rows(x, q=into, scale=scale)
+        return quantise(x, cfg["SCALES"], q=into, scale=scale if per_row else scale[:1],
+                        amax=amax if per_row else amax[:1], **q)
+
+    qa, sa = operand(a2, qa, sa, amax_a)
+    qb, sb = operand(b2.T, qb, sb, amax_b)
     return fp8_gemm(qa, qb, sa, sb, cfg, out2)

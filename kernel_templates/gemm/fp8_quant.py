@@ -65,6 +65,7 @@ import triton
 import triton.language as tl
 
 from kernel_templates.gemm.host import sm_count
+from search.kinds.gemm.fp8_space import SCALE_GROUP
 
 __all__ = ["BLOCK_ROWS", "E4M3_MAX", "GROUP", "MODES", "PANEL_STAGES", "WHOLE_ROW_MAX",
            "block_scale_stride", "block_scales", "group_scales", "panel_programs", "quantise",
@@ -76,10 +77,9 @@ __all__ = ["BLOCK_ROWS", "E4M3_MAX", "GROUP", "MODES", "PANEL_STAGES", "WHOLE_RO
 E4M3_MAX = 448.0
 #: Elements of K that share a scale under block scaling (``quantise_groups``,
 #: ``quantise_blocks``): one fp8 product tile's K (``BLOCK_K``), so the product applies each
-#: group's scales to its tile's partial sums.
-GROUP = 128
-#: Rows of one ``quantise_blocks`` block (B's columns: one scale per 128 x 128 block of B).
-BLOCK_ROWS = 128
+#: group's scales to its tile's partial sums; and the rows of one ``quantise_blocks`` block
+#: (B's columns: one scale per 128 x 128 block of B). The search space's ``SCALE_GROUP``.
+GROUP = BLOCK_ROWS = SCALE_GROUP
 #: The longest row ``quantise_whole_rows`` holds in registers, and the values one of its
 #: programs holds (64 fp32 registers a thread at 8 warps).
 WHOLE_ROW_MAX = 16384

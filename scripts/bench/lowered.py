@@ -28,14 +28,10 @@ Prints Markdown and writes JSON to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from scripts.bench.quant import parse_shapes
+from scripts.bench.quant import parse_shapes, run_per_shape
 
 DEFAULT_SHAPES = "4096x4096x4096,8192x8192x8192"
 #: Tiles ``BMxBNxBKxWARPSxSTAGES[p]`` (``p``: persistent, with a TMA store); row-scaled tiles
@@ -147,10 +143,12 @@ def measure_shape(m: int, n: int, k: int, args: argparse.Namespace) -> list[dict
     groups = -(-k // fq.GROUP)
     # block scales as the quantisers return them: A's [groups, M], B's [N/128, groups] (rows
     # 16-byte aligned), B's 1x128 groups [groups, N]
-    ga = torch.empty(fq.group_scales(m, k), dtype=f32, device="cuda").view(groups, m)
-    gb = torch.empty(fq.block_scales(n, k), dtype=f32, device="cuda").view(
-        -1, fq.block_scale_stride(k))[:, :groups]
-    gb2 = torch.empty(fq.group_scales(n, k), dtype=f32, device="cuda").view(groups, n)
+    cells = {name: torch.empty(size, dtype=f32, device="cuda") for name, size in (
+        ("ga", fq.group_scales(m, k)), ("gb", fq.block_scales(n, k)),
+        ("gb2", fq.group_scales(n, k)))}
+    ga = cells["ga"].view(groups, m)
+    gb = cells["gb"].view(-1, fq.block_scale_stride(k))[:, :groups]
+    gb2 = cells["gb2"].view(groups, n)
     rq = [int(v) for v in args.row_q.split("x")]
     bq = [int(v) for v in args.block_q.split("x")]
 
@@ -166,12 +164,9 @@ def measure_shape(m: int, n: int, k: int, args: argparse.Namespace) -> list[dict
                         q=qb, scale=sb, amax=bm_)
         return call
 
-    def flat(t: Any) -> Any:  # the buffer under a scale view, for the quantisers to fill
-        return t.as_strided((t.untyped_storage().nbytes() // 4,), (1,))
-
     def quant_block() -> None:
-        fq.quantise_groups(a, block_r=bq[0], num_warps=bq[1], q=qa, scale=flat(ga))
-        fq.quantise_blocks(bt, num_warps=fp8.B_BLOCK_WARPS, q=qb, scale=flat(gb))
+        fq.quantise_groups(a, block_r=bq[0], num_warps=bq[1], q=qa, scale=cells["ga"])
+        fq.quantise_blocks(bt, num_warps=fp8.B_BLOCK_WARPS, q=qb, scale=cells["gb"])
 
     def copies(block: bool) -> Any:
         if block:
@@ -195,8 +190,8 @@ def measure_shape(m: int, n: int, k: int, args: argparse.Namespace) -> list[dict
         fp8.cublas_block_product(qa, qb, ga, gb, out)
 
     def quant_groups_both() -> None:
-        fq.quantise_groups(a, block_r=bq[0], num_warps=bq[1], q=qa, scale=flat(ga))
-        fq.quantise_groups(bt, block_r=bq[0], num_warps=bq[1], q=qb, scale=flat(gb2))
+        fq.quantise_groups(a, block_r=bq[0], num_warps=bq[1], q=qa, scale=cells["ga"])
+        fq.quantise_groups(bt, block_r=bq[0], num_warps=bq[1], q=qb, scale=cells["gb2"])
 
     def scaled_mm_groups() -> None:  # B's 1x128 scales [K/128, N], N-major
         torch._scaled_mm(qa, qb.T, scale_a=ga.T, scale_b=gb2, out_dtype=out.dtype, out=out)
@@ -269,23 +264,9 @@ def render(rows: list[dict[str, Any]], header: bool = True) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Check, then time, every contender on every shape; write ``--out``."""
-    import torch
-
-    if not torch.cuda.is_available():
-        print("lowered: this benchmark times CUDA kernels and needs a CUDA GPU; none is "
-              "visible to torch here", file=sys.stderr)
+    rows = run_per_shape("lowered", args,
+                         {"inputs": "make_inputs (bf16, entries N(0, k^-1/2))"},
+                         lambda m, n, k: measure_shape(m, n, k, args), render)
+    if rows is None:
         return 2
-    import triton
-
-    report: dict[str, Any] = {"meta": {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"), "torch": torch.__version__,
-        "cuda": torch.version.cuda, "triton": triton.__version__,
-        "python": platform.python_version(), "gpu": torch.cuda.get_device_name(),
-        "timer": "triton.testing.do_bench (L2 flushed per call), median and p20/p80",
-        "inputs": "make_inputs (bf16, entries N(0, k^-1/2))"}, "rows": []}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    for m, n, k in args.shapes:
-        report["rows"] += measure_shape(m, n, k, args)
-        args.out.write_text(json.dumps(report, indent=1))  # a cut run keeps its shapes
-    print("\n" + render(report["rows"]), flush=True)
-    return 0 if all(r.get("us") is not None for r in report["rows"]) else 1
+    return 0 if all(r.get("us") is not None for r in rows) else 1

@@ -27,6 +27,7 @@ import argparse
 import json
 import platform
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -220,26 +221,42 @@ def render_rows(rows: list[dict[str, Any]], header: bool = True) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Check, then time, every configuration on every shape; write ``--out``."""
+def run_per_shape(command: str, args: argparse.Namespace, meta: dict[str, Any],
+                  measure: Callable[[int, int, int], list[dict[str, Any]]],
+                  render: Callable[[list[dict[str, Any]]], str]) -> list[dict[str, Any]] | None:
+    """The body of a per-shape GPU benchmark (``quant``, ``lowered``): None without a CUDA
+    GPU (said on stderr); otherwise the rows of ``measure`` for every shape of
+    ``args.shapes``, written to ``args.out`` with the environment and ``meta`` after each
+    shape (a cut run keeps its shapes), and printed as ``render``'s table."""
     import torch
 
     if not torch.cuda.is_available():
-        print("quant: this benchmark times CUDA kernels and needs a CUDA GPU; none is visible "
-              "to torch here", file=sys.stderr)
-        return 2
+        print(f"{command}: this benchmark times CUDA kernels and needs a CUDA GPU; none is "
+              "visible to torch here", file=sys.stderr)
+        return None
     import triton
 
     report: dict[str, Any] = {"meta": {
         "date": datetime.now(UTC).isoformat(timespec="seconds"), "torch": torch.__version__,
         "cuda": torch.version.cuda, "triton": triton.__version__,
         "python": platform.python_version(), "gpu": torch.cuda.get_device_name(),
-        "dtype": args.dtype, "layout_b": args.layout_b, "bandwidth_gbs": args.bandwidth_gbs,
         "timer": "triton.testing.do_bench (L2 flushed per call), median and p20/p80",
-        "inputs": "N(0, 1)", "reference": label(args.configs[0])}, "rows": []}
+        **meta}, "rows": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for m, n, k in args.shapes:
-        report["rows"] += measure_shape(m, n, k, args.configs, args)
-        args.out.write_text(json.dumps(report, indent=1))  # a cut run keeps its shapes
-    print("\n" + render_rows(report["rows"]), flush=True)
-    return 0 if all(r.get("equal") for r in report["rows"]) else 1
+        report["rows"] += measure(m, n, k)
+        args.out.write_text(json.dumps(report, indent=1))
+    print("\n" + render(report["rows"]), flush=True)
+    return report["rows"]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check, then time, every configuration on every shape; write ``--out``."""
+    rows = run_per_shape(
+        "quant", args, {"dtype": args.dtype, "layout_b": args.layout_b,
+                        "bandwidth_gbs": args.bandwidth_gbs, "inputs": "N(0, 1)",
+                        "reference": label(args.configs[0])},
+        lambda m, n, k: measure_shape(m, n, k, args.configs, args), render_rows)
+    if rows is None:
+        return 2
+    return 0 if all(r.get("equal") for r in rows) else 1

@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 SM90_TARGET = ("cuda", 90, 32)
-INTS = ("M", "N", "K", "NB", "stride_cm", "stride_cn")
+INTS = ("M", "N", "K", "SB_LD", "stride_cm", "stride_cn")
 
 
 def compile_fp8(config: dict[str, Any], row_scales: bool | str = False,
@@ -43,7 +43,7 @@ def compile_fp8(config: dict[str, Any], row_scales: bool | str = False,
     consts = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": config["GROUP_M"],
               "ROW_SCALES": bool(row_scales) and not block, "BLOCK_SCALES": block,
               "EVEN_MN": True, "IMPRECISE": None if config["FAST_ACC"] or block else bk,
-              "TMA_STORE": tma_store}
+              "TMA_STORE": tma_store, "SB_ROWS": 128}
     types = {"a_desc": f"tensordesc<fp8e4nv[{bm}, {bk}]>",
              "b_desc": f"tensordesc<fp8e4nv[{bn}, {bk}]>", "c_ptr": f"*{out_dtype}",
              "sa_ptr": "*fp32", "sb_ptr": "*fp32", **dict.fromkeys(INTS, "i32")}

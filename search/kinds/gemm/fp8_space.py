@@ -42,8 +42,8 @@ from search.optimizer import Choice
 
 __all__ = ["CUBLAS_PRODUCT_KEYS", "DEFAULTS", "LOWERED", "LOWERED_DEFAULTS", "PARAMS",
            "PRODUCTS", "Q_MODES", "Q_PARAMS", "SCALES", "SCALE_GROUP", "TIER", "TIER_WEIGHT",
-           "block_refusal", "complete", "lowered", "params", "product_refusal",
-           "q_mode_refusal", "seeds", "space", "tier_plan", "violations"]
+           "block_refusal", "block_tile_refusal", "complete", "lowered", "params",
+           "product_refusal", "q_mode_refusal", "seeds", "space", "tier_plan", "violations"]
 
 #: The tier's name (its trials run on the ``triton`` backend).
 TIER = "fp8"
@@ -117,14 +117,23 @@ def block_refusal(config: dict[str, Any]) -> str | None:
     tile, and block scales are quantised in their own one-pass launches."""
     if config.get("SCALES") != "block":
         return None
-    template = config.get("PRODUCT") != "cublas"  # cuBLAS's product runs no template tile
-    if template and (config["BLOCK_K"] != SCALE_GROUP or SCALE_GROUP % config["BLOCK_N"]):
-        return (f"SCALES='block' needs BLOCK_K={SCALE_GROUP} (one scale group per K tile) and "
-                f"a BLOCK_N dividing {SCALE_GROUP} (one block of B's per tile), got "
-                f"BLOCK_K={config['BLOCK_K']}, BLOCK_N={config['BLOCK_N']}")
+    if config.get("PRODUCT") != "cublas":  # cuBLAS's product runs no template tile
+        why = block_tile_refusal(config["BLOCK_K"], config["BLOCK_N"])
+        if why:
+            return why
     if config.get("Q_MODE", "two_pass") != "two_pass":
         return (f"SCALES='block' quantises in its own one-pass launches; "
                 f"Q_MODE={config['Q_MODE']!r} is for per-row scales")
+    return None
+
+
+def block_tile_refusal(block_k: int, block_n: int) -> str | None:
+    """Why the template's tile cannot apply block scales (``None``: it can): one scale group
+    per K tile and one block of B's per output tile."""
+    if block_k != SCALE_GROUP or SCALE_GROUP % block_n:
+        return (f"SCALES='block' needs BLOCK_K={SCALE_GROUP} (one scale group per K tile) and "
+                f"a BLOCK_N dividing {SCALE_GROUP} (one block of B's per tile), got "
+                f"BLOCK_K={block_k}, BLOCK_N={block_n}")
     return None
 
 
@@ -325,10 +334,10 @@ _BLOCK_SMALL = [
 def seeds(problem: GemmProblem) -> list[dict[str, Any]]:
     """Starting points (the Triton tutorials' fp8 tiles: 128x256x128 with 8 warps for large
     shapes, smaller tiles for small ones), each with fp32 accumulation and with the tensor
-    cores' fast accumulation, tiled and persistent. A lowered problem starts with block
-    scales (each operand quantised in one pass, ``fp8_quant.quantise_groups`` and
-    ``quantise_blocks``), tiled and persistent, then per-row scales. Complete configurations
-    within the space."""
+    cores' fast accumulation, tiled and persistent. A lowered problem starts with cuBLAS's
+    blockwise product on block-scaled copies (two quantisation tiles), then the first eight
+    of those with whole-row quantisation, the template's block scales on two tiles, and the
+    rest quantised in two passes. Complete configurations within the space."""
     big = problem.m * problem.n >= 132 * 128 * 128
     ordered = _BIG + _SMALL if big else _SMALL + _BIG
     out: list[dict[str, Any]] = []
