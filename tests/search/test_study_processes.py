@@ -22,7 +22,7 @@ def _ask_all(url: str, out: mp.Queue, go: mp.Event) -> None:  # type: ignore[typ
     go.wait(30)
     got = []
     for _ in range(SEEDS):
-        trial = study.ask({"x": optuna.distributions.IntDistribution(0, 10_000)})
+        trial = study.ask({"x": optuna.distributions.IntDistribution(0, 9_999)})
         got.append((trial.number, trial.params["x"]))
     out.put(got)
 
