@@ -76,10 +76,10 @@ from kernel_templates.gemm.host import (
 from kernel_templates.gemm.triton import _store_c, _tile_coords, tma_tiles
 
 __all__ = ["CONFIG_KEYS", "OPTIONAL_KEYS", "ORDERS", "SPIN_LIMIT", "Partition",
-           "check_streamk_config", "height", "matmul_streamk", "partition"]
+           "check_streamk_config", "matmul_streamk", "partition"]
 
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
-OPTIONAL_KEYS: dict[str, Any] = {"GRID": 1, "LOADS": "auto", "ORDER": "rows", "BLOCK_M2": 0}
+OPTIONAL_KEYS: dict[str, Any] = {"GRID": 1, "LOADS": "auto", "ORDER": "rows"}
 GRIDS = (1, 2)
 LOADS = ("auto", "tma", "pointer")
 ORDERS = ("rows", "columns")
@@ -139,49 +139,22 @@ def _ab_tiles(a, b, off_m, off_n, offs_am, offs_bn, k, K,
     return a_t, b_t
 
 
-@triton.jit
-def _a_part(a2, off_m, offs_am2, k, K, stride_am, stride_ak,
-            BLOCK_K: tl.constexpr, TMA: tl.constexpr, A_COL: tl.constexpr,
-            EVEN_K: tl.constexpr):
-    # The second part's A tile at (off_m, k): its own TMA descriptor or pointers, as _ab_tiles.
-    if TMA:
-        if A_COL:
-            a_t = a2.load([k, off_m]).T
-        else:
-            a_t = a2.load([off_m, k])
-    else:
-        offs_k = k + tl.arange(0, BLOCK_K)
-        a_ptrs = a2 + offs_am2[:, None] * stride_am + offs_k[None, :] * stride_ak
-        if EVEN_K:
-            a_t = tl.load(a_ptrs)
-        else:
-            a_t = tl.load(a_ptrs, mask=offs_k[None, :] < K, other=0.0)
-    return a_t
-
-
 @triton.jit(do_not_specialize=["EPOCH"])
 def _streamk_kernel(
-    a, a2, b, c_ptr, ws_ptr, flag_ptr, EPOCH, M, N, K,
+    a, b, c_ptr, ws_ptr, flag_ptr, EPOCH, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     ITERS_PER_TILE, Q, E, UNITS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, COLUMNS: tl.constexpr, TMA: tl.constexpr, A_COL: tl.constexpr,
     B_COL: tl.constexpr, EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, SPIN: tl.constexpr, REVERSED: tl.constexpr,
-    BLOCK_M2: tl.constexpr = 0,
 ):  # fmt: skip
     # Programs come in groups of UNITS consecutive ids; a group deals out range r of the
     # segments' iterations and its programs ("lanes") work it side by side: rows order, one
     # lane (segments are the grouped-order tiles); columns order, one lane per tile row
     # (segments are the tile columns, lane i computes m-tile i of each).
-    # A tile of HEIGHT rows: BLOCK_M rows in ``acc``, then (BLOCK_M2 > 0) BLOCK_M2 rows in
-    # ``acc2``, both multiplied by the one B tile each iteration loads.
-    TWO: tl.constexpr = BLOCK_M2 > 0
-    HEIGHT: tl.constexpr = BLOCK_M + BLOCK_M2
-    TILE: tl.constexpr = HEIGHT * BLOCK_N
+    TILE: tl.constexpr = BLOCK_M * BLOCK_N
     local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    if TWO:
-        local2 = tl.arange(0, BLOCK_M2)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     if REVERSED:  # owners wait for lower program ids only
         v = tl.num_programs(0) - 1 - tl.program_id(0)
     else:
@@ -200,16 +173,13 @@ def _streamk_kernel(
             pid_m = lane
             pid_n = seg
         else:
-            pid_m, pid_n = _tile_coords(seg, M, N, HEIGHT, BLOCK_N, GROUP_M)
-        off_m = pid_m * HEIGHT
+            pid_m, pid_n = _tile_coords(seg, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         offs_m = off_m + tl.arange(0, BLOCK_M)
         offs_n = off_n + tl.arange(0, BLOCK_N)
-        if EVEN_MN and not TWO:
+        if EVEN_MN:
             offs_am = tl.max_contiguous(tl.multiple_of(offs_m, BLOCK_M), BLOCK_M)
-            offs_bn = tl.max_contiguous(tl.multiple_of(offs_n, BLOCK_N), BLOCK_N)
-        elif EVEN_MN:
-            offs_am = offs_m
             offs_bn = tl.max_contiguous(tl.multiple_of(offs_n, BLOCK_N), BLOCK_N)
         else:
             # ragged edge: wrap rows and columns instead of masking; wrapped lanes are never
@@ -217,28 +187,15 @@ def _streamk_kernel(
             offs_am = offs_m % M
             offs_bn = offs_n % N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        if TWO:
-            offs_m2 = off_m + BLOCK_M + tl.arange(0, BLOCK_M2)
-            if EVEN_MN:
-                offs_am2 = offs_m2
-            else:
-                offs_am2 = offs_m2 % M
-            acc2 = tl.zeros((BLOCK_M2, BLOCK_N), dtype=tl.float32)
         for kk in range(k0, k1):
             a_t, b_t = _ab_tiles(a, b, off_m, off_n, offs_am, offs_bn, kk * BLOCK_K, K,
                                  stride_am, stride_ak, stride_bk, stride_bn,
                                  BLOCK_K, TMA, A_COL, B_COL, EVEN_K)
             acc = tl.dot(a_t, b_t, acc, input_precision=INPUT_PRECISION)
-            if TWO:
-                a2_t = _a_part(a2, off_m + BLOCK_M, offs_am2, kk * BLOCK_K, K, stride_am,
-                               stride_ak, BLOCK_K, TMA, A_COL, EVEN_K)
-                acc2 = tl.dot(a2_t, b_t, acc2, input_precision=INPUT_PRECISION)
         if k0 > 0:
             # contributor (the range's first segment): publish the partial in the program's
             # slot
             tl.store(ws_ptr + v * TILE + local, acc)
-            if TWO:
-                tl.store(ws_ptr + v * TILE + BLOCK_M * BLOCK_N + local2, acc2)
             tl.debug_barrier()
             tl.atomic_xchg(flag_ptr + v, EPOCH, sem="release", scope="gpu")
         else:
@@ -249,14 +206,8 @@ def _streamk_kernel(
                     slot = q * UNITS + lane
                     failed += (~_wait_flag(flag_ptr + slot, EPOCH, SPIN)).to(tl.int32)
                     acc += tl.load(ws_ptr + slot * TILE + local, cache_modifier=".cg")
-                    if TWO:
-                        acc2 += tl.load(ws_ptr + slot * TILE + BLOCK_M * BLOCK_N + local2,
-                                        cache_modifier=".cg")
             acc = tl.where(failed == 0, acc, float("nan"))
             _store_c(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, EVEN_MN)
-            if TWO:
-                acc2 = tl.where(failed == 0, acc2, float("nan"))
-                _store_c(c_ptr, acc2, offs_m2, offs_n, M, N, stride_cm, stride_cn, EVEN_MN)
 
 
 # -- host side ----------------------------------------------------------------------------------
@@ -281,17 +232,7 @@ def check_streamk_config(config: dict[str, Any]) -> dict[str, Any]:
     order = config.get("ORDER", OPTIONAL_KEYS["ORDER"])
     if order not in ORDERS:
         raise InvalidConfig(f"ORDER must be one of {list(ORDERS)}, got {order!r}")
-    m2 = config.get("BLOCK_M2", OPTIONAL_KEYS["BLOCK_M2"])
-    if not isinstance(m2, int) or isinstance(m2, bool) or (
-            m2 != 0 and (m2 < 16 or m2 & (m2 - 1))):
-        raise InvalidConfig(f"BLOCK_M2 must be 0 or a power of two of at least 16, got {m2!r}")
-    return {**cfg, "GRID": int(grid), "LOADS": loads, "ORDER": order, "BLOCK_M2": m2}
-
-
-def height(config: dict[str, Any]) -> int:
-    """The rows of one output tile: ``BLOCK_M``, plus ``BLOCK_M2`` when the tile has a second
-    part."""
-    return int(config["BLOCK_M"]) + int(config.get("BLOCK_M2", 0))
+    return {**cfg, "GRID": int(grid), "LOADS": loads, "ORDER": order}
 
 
 class Partition(NamedTuple):
@@ -314,7 +255,7 @@ def partition(m: int, n: int, k: int, config: dict[str, Any], programs: int) -> 
     fit (at least one, so a problem with more tile rows than ``programs`` still launches one
     group)."""
     per_tile = triton.cdiv(k, config["BLOCK_K"])
-    rows, cols = triton.cdiv(m, height(config)), triton.cdiv(n, config["BLOCK_N"])
+    rows, cols = triton.cdiv(m, config["BLOCK_M"]), triton.cdiv(n, config["BLOCK_N"])
     columns = config.get("ORDER", OPTIONAL_KEYS["ORDER"]) == "columns"
     units, segments = (rows, cols) if columns else (1, rows * cols)
     total = segments * per_tile
@@ -338,10 +279,7 @@ def _descriptors(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]):
     db = tma_describe(b, k, n, (cfg["BLOCK_K"], cfg["BLOCK_N"]))
     if da is None or db is None:
         return None
-    da2 = da
-    if cfg["BLOCK_M2"]:
-        da2 = tma_describe(a, m, k, (cfg["BLOCK_M2"], cfg["BLOCK_K"]))
-    return da[0], db[0], da[1], db[1], da2[0]
+    return da[0], db[0], da[1], db[1]
 
 
 
@@ -361,10 +299,10 @@ def matmul_streamk(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         return out
     if k == 0:
         return out.zero_()
-    bm, bn, bk, bm2 = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["BLOCK_M2"]
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     g, q, e, per_tile, units = partition(m, n, k, cfg,
                                          programs or sm_count(a.device) * cfg["GRID"])
-    ws = cached_buffer(_WORKSPACE, a.device, g * (bm + bm2) * bn, torch.float32, zeroed=False,
+    ws = cached_buffer(_WORKSPACE, a.device, g * bm * bn, torch.float32, zeroed=False,
                        least=1 << 20)
     flags = cached_buffer(_FLAGS, a.device, g, torch.int32, zeroed=True, least=1024)
     epoch = next_epoch(_EPOCH, _FLAGS, a.device)
@@ -374,18 +312,17 @@ def matmul_streamk(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     precision = "ieee" if a.dtype == torch.float32 else "tf32"
     common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"],
                   COLUMNS=cfg["ORDER"] == "columns",
-                  BLOCK_M2=bm2, EVEN_K=k % bk == 0,
-                  EVEN_MN=m % (bm + bm2) == 0 and n % bn == 0,
+                  EVEN_K=k % bk == 0, EVEN_MN=m % bm == 0 and n % bn == 0,
                   INPUT_PRECISION=precision, SPIN=SPIN_LIMIT, REVERSED=REVERSED,
                   num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if descs is not None:
         _streamk_kernel[(g,)](
-            descs[0], descs[4], descs[1], out, ws, flags, epoch, m, n, k, 0, 0, 0, 0,
+            descs[0], descs[1], out, ws, flags, epoch, m, n, k, 0, 0, 0, 0,
             out.stride(0), out.stride(1), per_tile, q, e, units,
             TMA=True, A_COL=descs[2], B_COL=descs[3], **common)
     else:
         _streamk_kernel[(g,)](
-            a, a, b, out, ws, flags, epoch, m, n, k, a.stride(0), a.stride(1), b.stride(0),
+            a, b, out, ws, flags, epoch, m, n, k, a.stride(0), a.stride(1), b.stride(0),
             b.stride(1),
             out.stride(0), out.stride(1), per_tile, q, e, units,
             TMA=False, A_COL=False, B_COL=False, **common)

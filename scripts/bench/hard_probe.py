@@ -3,7 +3,7 @@
 (read ceiling, modes, tiles, where its time goes), timed with the worker's ``EventBench`` (read
 flush, rotated input sets), each kernel checked against the float64 reference first.
 
-    OUT=DIR python -m scripts.bench.hard_probe [u] [s] [s2] [s3] [s4] [s5] [m] [r]
+    OUT=DIR python -m scripts.bench.hard_probe [u] [s] [s2] [s3] [s4] [s5] [r]
 
 (no argument: ``u`` and ``s``). Writes ``$OUT/probe.json`` and prints a table. The numbers of
 docs/benchmarks/gemm_hard_h100_2026-11-25.md come from it."""
@@ -327,41 +327,6 @@ def read_ceiling_mid() -> None:
                        x, sink, x.numel(), BLOCK=b, num_warps=w)), check=False)
 
 
-def mid_m() -> None:
-    """Mid-m shapes: the stream-K kernel whose tile holds all of m in two parts (``BLOCK_M2``),
-    so each B tile is read once, beside one-part tiles and cuBLAS."""
-    from kernel_templates.gemm.streamk import matmul_streamk
-    from search.kinds.gemm import streamk_space
-
-    def sk(bm, bm2, bn, bk, w, st, order="rows", grid=1):
-        return dict(BLOCK_M=bm, BLOCK_M2=bm2, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w,
-                    num_stages=st, ORDER=order, GRID=grid)
-
-    cases = {
-        (192, 6144, 6144): [sk(128, 64, 128, 64, 8, 4), sk(128, 64, 128, 64, 8, 5),
-                            sk(128, 64, 128, 64, 4, 4), sk(128, 64, 64, 64, 4, 5),
-                            sk(128, 64, 64, 64, 4, 6), sk(128, 64, 64, 128, 4, 3),
-                            sk(128, 64, 128, 128, 8, 2), sk(128, 64, 256, 64, 8, 3),
-                            sk(128, 64, 64, 64, 8, 5), sk(128, 64, 128, 32, 8, 8),
-                            sk(128, 64, 128, 64, 8, 4, grid=2), sk(128, 64, 64, 64, 4, 4, grid=2),
-                            sk(256, 0, 128, 64, 8, 4), sk(256, 0, 64, 64, 8, 5),
-                            sk(64, 0, 128, 64, 4, 4, "columns"), sk(64, 0, 256, 64, 8, 4, "columns")],
-        (320, 4096, 12288): [sk(256, 64, 128, 64, 8, 3), sk(256, 64, 128, 64, 16, 3),
-                             sk(256, 64, 64, 64, 8, 4), sk(256, 64, 64, 64, 8, 5),
-                             sk(256, 64, 64, 128, 8, 2), sk(256, 64, 128, 32, 8, 6),
-                             sk(256, 64, 128, 64, 16, 4), sk(256, 64, 64, 64, 4, 4),
-                             sk(64, 0, 256, 64, 8, 4, "columns"), sk(64, 0, 128, 64, 4, 4, "columns"),
-                             sk(128, 64, 128, 64, 8, 4)],
-    }
-    for (m, n, k), cfgs in cases.items():
-        p = GemmProblem(m, n, k)
-        sh, sets, refs = _shape(p, 900)
-        for cfg in cfgs + [dict(c) for c in streamk_space.seeds(p)[:4]]:
-            record(sh, f"streamk {cfg}", sets,
-                   lambda s, cfg=cfg: (lambda: matmul_streamk(s.a, s.b, cfg, out=s.out)),
-                   refs=refs)
-
-
 if __name__ == "__main__":
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
     try:
@@ -377,8 +342,6 @@ if __name__ == "__main__":
             long_k4()
         if "s5" in ONLY:
             long_k5()
-        if "m" in ONLY:
-            mid_m()
         if "r" in ONLY:
             read_ceiling_mid()
     finally:
