@@ -449,11 +449,17 @@ def recheck_until(job: JobRecord, held: dict[int, datetime], wait_s: float
 
 
 def _unconfirmed(s: Session, job: JobRecord, now: datetime, wait_s: float) -> None:
-    """Say of each held result of the job that no other worker re-measured (the job ends
+    """Say of each held result of the job that no other worker re-measured (the job decides
     now, without it) why it was never confirmed."""
     why = ("the job's time budget ran out first" if time_up(job, now) else
            f"no other worker re-measured it within {wait_s:g} s (KS_HELD_WAIT_SECONDS)")
-    for m in measurements.held_of_job(s, job.id):
+    settle_unconfirmed(s, job.id, why)
+
+
+def settle_unconfirmed(s: Session, job_id: int, why: str) -> None:
+    """Note on each held result of the job that no other worker re-measured that the job
+    ended without it, and ``why``; the result stays held."""
+    for m in measurements.held_of_job(s, job_id):
         if "recheck" not in (m.extra or {}):
             measurements.settle_held(
                 s, m, confirmed=False, extra={},

@@ -34,7 +34,13 @@ from db.records import (
 from search import kinds
 from search.decision import Policy
 from search.types import Candidate, Device, Measurement, Problem, ProblemError, Status
-from service.agent_loop import RECHECK, AgentLoop, recheck_until, time_up
+from service.agent_loop import (
+    RECHECK,
+    AgentLoop,
+    recheck_until,
+    settle_unconfirmed,
+    time_up,
+)
 from service.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
 from service.reports import Shared, store
 from service.settings import ServiceSettings
@@ -180,6 +186,7 @@ class Flow:
             dropped = [c for c in cands.job_candidates(s, job_id)
                        if c.status in (CandidateStatus.PENDING, CandidateStatus.LEASED)]
             cands.cancel_outstanding(s, job_id, "job cancelled")
+            settle_unconfirmed(s, job_id, "the job was cancelled first")
             jobs.finish_job(s, job_id, JobStatus.CANCELLED, now)
             if self.background:  # the planner closes the dropped trials
                 jobs.mark_due(s, [job_id])

@@ -262,3 +262,19 @@ def test_a_stopped_search_keeps_its_held_candidate_queued(h100: None, app: Any,
     stop = decision.Plan(decision.Stage.CUSTOM, (decision.StopTier(tier, "stopped"),))
     flow.agent._act(flow.job(job), None, stop, {}, flow.clock())
     assert fake in [c["id"] for c in driver.lease(honest, 64)["candidates"]]
+
+
+@pytest.mark.parametrize("settings", ["inline", "background"], indirect=True)
+def test_a_cancelled_job_says_its_held_result_was_never_confirmed(
+        h100: None, app: Any, driver: Any, client: Any) -> None:
+    job, liar, honest, fake = held_job(app, driver, {"max_trials": 4})
+    assert client.post(f"/v1/jobs/{job}/cancel").status_code == 200
+    view = driver.job(job)
+    assert view["status"] == "cancelled"
+    assert [h["candidate_id"] for h in view["held"]] == [fake]
+    reason = view["held"][0]["reason"]
+    assert reason.startswith("held: 1 us is under 0.5 x the roofline's 22 us")
+    assert reason.endswith("unconfirmed: the job was cancelled first, so the job ended "
+                           "without it")
+    assert client.get("/v1/best", params=QUERY).json()["median_us"] > 2.0
+    assert fake not in [c["id"] for c in driver.lease(honest, 64)["candidates"]]
