@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import case, exists, func, or_, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from db.models import CandidateRow, JobRow, LeaseRow, MeasurementRow, WorkerRow
 from db.records import (
@@ -107,14 +108,20 @@ def requeue_for_recheck(session: Session, candidate_id: int) -> None:
                             lease_expires_at=None, worker_id=None))
 
 
+def awaiting_recheck() -> tuple[ColumnElement[bool], ...]:
+    """The conditions under which a candidate (with its measurement) is queued or leased
+    again for the re-measurement of its held result (``service.plausibility``)."""
+    return (CandidateRow.status.in_(OUTSTANDING),
+            MeasurementRow.candidate_id == CandidateRow.id,
+            MeasurementRow.status == Status.HELD.value)
+
+
 def held_outstanding(session: Session, job_id: int) -> dict[int, datetime]:
-    """The job's candidates queued or leased again for the re-measurement of their held
-    result (``service.plausibility``), each with when the result was held."""
+    """The job's candidates awaiting the re-measurement of their held result, each with when
+    the result was held."""
     rows = session.execute(
         select(CandidateRow.id, MeasurementRow.created_at)
-        .join(MeasurementRow, MeasurementRow.candidate_id == CandidateRow.id)
-        .where(CandidateRow.job_id == job_id, CandidateRow.status.in_(OUTSTANDING),
-               MeasurementRow.status == Status.HELD.value)).all()
+        .where(CandidateRow.job_id == job_id, *awaiting_recheck())).all()
     return {int(cid): at for cid, at in rows}
 
 

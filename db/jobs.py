@@ -10,10 +10,11 @@ from sqlalchemy import delete, exists, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from db.candidates import awaiting_recheck
 from db.models import CandidateRow, JobRow, MeasurementRow, PlanMarkRow, ProblemRow
 from db.records import ACTIVE_JOB, OUTSTANDING, JobRecord, JobStatus, ProblemRecord
 from search import kinds
-from search.types import Problem, Status, parse_problem
+from search.types import Problem, parse_problem
 
 
 def get_or_create_problem(session: Session, problem: Problem, now: datetime) -> ProblemRecord:
@@ -212,11 +213,8 @@ def held_waits_over(session: Session, stage: str, held_before: datetime) -> list
     """Running jobs in ``stage`` (their decision waits for the re-measurement of held
     results) none of whose results still queued for re-measurement was held after
     ``held_before``: their wait is over."""
-    recent = (exists().where(CandidateRow.job_id == JobRow.id,
-                             CandidateRow.status.in_(OUTSTANDING),
-                             MeasurementRow.candidate_id == CandidateRow.id,
-                             MeasurementRow.status == Status.HELD.value,
-                             MeasurementRow.created_at > held_before))
+    recent = exists().where(CandidateRow.job_id == JobRow.id, *awaiting_recheck(),
+                            MeasurementRow.created_at > held_before)
     return list(session.scalars(
         select(JobRow.id).where(JobRow.status == JobStatus.RUNNING.value,
                                 JobRow.stage == stage, ~recent)
