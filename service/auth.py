@@ -32,7 +32,7 @@ from db.records import WorkerRecord
 from service.deps import FlowDep, SettingsDep
 from service.errors import Forbidden, Unauthorized
 from service.settings import ServiceSettings
-from service.tokens import UserToken, match, same_secret
+from service.tokens import UserToken, match, other_identity, same_secret
 
 __all__ = ["Caller", "ReadAuth", "UserDep", "WorkerAuth", "WorkerCheck", "WorkerIdentity",
            "WorkerSecretAuth", "may_act_on", "warn_if_open", "worker_check",
@@ -136,7 +136,7 @@ def worker_check(secret: str | None, identity: str | None = None
         if worker.secret_sha256 is not None and not same_secret(secret, worker.secret_sha256):
             raise Forbidden(f"worker {worker.id} acts only with its own secret: send the "
                             "worker_secret its first registration returned as X-Worker-Secret")
-        if identity is not None and worker.token_name not in (None, identity):
+        if other_identity(worker.token_name, identity):
             raise Forbidden(f"worker {worker.id} registered with the worker token "
                             f"{worker.token_name!r}; this call's token is {identity!r}: call "
                             "with the token it registered with")

@@ -44,7 +44,7 @@ from service.agent_loop import (
 from service.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
 from service.reports import Shared, store
 from service.settings import ServiceSettings
-from service.tokens import digest, same_secret
+from service.tokens import digest, other_identity, same_secret
 from service.tuning import TunerPool
 
 log = logging.getLogger("kernelsearch.flow")
@@ -564,7 +564,7 @@ def _known_worker(s: Session, worker_id: int, check: CheckWorker | None) -> Work
 
 def _same_identity(worker: WorkerRecord, identity: str) -> None:
     """A worker registered with a worker token re-registers only with a token of its identity."""
-    if worker.token_name not in (None, identity):
+    if other_identity(worker.token_name, identity):
         raise Forbidden(f"worker name {worker.name!r} is registered with the worker token "
                         f"{worker.token_name!r}, not {identity!r}: re-register it with that "
                         "token, or choose another name (KS_WORKER_NAME) for this host's worker")

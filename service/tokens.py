@@ -21,8 +21,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["MIN_TOKEN_LENGTH", "UserToken", "digest", "match", "parse_tokens",
-           "parse_worker_tokens", "same_secret"]
+__all__ = ["MIN_TOKEN_LENGTH", "UserToken", "digest", "match", "other_identity",
+           "parse_tokens", "parse_worker_tokens", "same_secret"]
 
 MIN_TOKEN_LENGTH = 16
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -83,6 +83,13 @@ def parse_worker_tokens(value: str | Iterable[str]) -> tuple[UserToken, ...]:
             raise ValueError(f"KS_WORKER_TOKENS: {twin.name!r} and {t.name!r} have the same "
                              "token; each identity needs its own")
     return out
+
+
+def other_identity(recorded: str | None, presented: str | None) -> bool:
+    """Whether a worker that registered with a token of identity ``recorded`` (None: no
+    token) is addressed with a token of another identity (``presented``; None: no token
+    configured, so nothing to compare)."""
+    return presented is not None and recorded not in (None, presented)
 
 
 def same_secret(secret: str | None, sha256: str) -> bool:
