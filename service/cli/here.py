@@ -109,6 +109,9 @@ def serve(
     planner_idle: Annotated[bool, typer.Option(
         help="KS_PLANNING=background: run the planner in the idle scheduling class (Linux "
              "SCHED_IDLE; see `kernelsearch planner --idle`)")] = True,
+    planner_async_commit: Annotated[bool, typer.Option(
+        help="KS_PLANNING=background: the planner's commits do not wait for the disk (see "
+             "`kernelsearch planner --async-commit`)")] = True,
 ) -> None:
     """Start the API (migrations first) and, where a GPU is present, a local worker."""
     import uvicorn
@@ -128,7 +131,8 @@ def serve(
         planner = subprocess.Popen([sys.executable, "-m", "service.cli", "planner",
                                     "--nice", str(planner_nice),
                                     "--idle" if planner_idle else "--no-idle",
-                                    "--exit-with-parent"])
+                                    "--async-commit" if planner_async_commit
+                                    else "--no-async-commit", "--exit-with-parent"])
         console.print(f"planner started (pid {planner.pid}, nice {planner_nice}"
                       f"{', idle class' if planner_idle else ''})")
     child: subprocess.Popen[bytes] | None = None
@@ -162,13 +166,20 @@ def planner_cmd(
         help="run in the kernel's idle scheduling class (Linux SCHED_IDLE): the planner gets "
              "a core only when nothing else wants it, so on a busy host a request waking up "
              "never waits behind it; where there is no such class, --nice alone")] = False,
+    async_commit: Annotated[bool, typer.Option(
+        help="on Postgres, commit without waiting for the write-ahead log to reach the disk "
+             "(synchronous_commit=off, this process's connections only): the planner's many "
+             "small commits stop queueing on the disk's flushes beside the requests'. A "
+             "database crash may lose its last fraction of a second of planning, which the "
+             "next planner does again (results and marks are the requests', flushed)")
+                            ] = False,
     drain: Annotated[bool, typer.Option(help="plan what is marked now, then exit")] = False,
     exit_with_parent: Annotated[bool, typer.Option(
         help="stop when the process that started this one is gone (used by serve)")] = False,
 ) -> None:
     """Plan the jobs the API marked (KS_PLANNING=background): Optuna's proposals and tells,
     verifications and decisions, outside the requests. Several planners may share a database."""
-    from db.engine import Database
+    from db.engine import Database, commit_without_flush_wait
     from service.flow import Flow
     from service.planner import Planner
     from service.settings import get_settings
@@ -176,6 +187,8 @@ def planner_cmd(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     lower_priority(nice, idle=idle)
+    if async_commit:
+        commit_without_flush_wait()
     settings = get_settings()
     kinds.load_plugins(settings.plugin_modules)
     database = Database(settings.database_url)
