@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import Pool
 
 _READ_ONLY = "ks_read_only"
 #: Seconds a SQLite writer waits for the lock (unless the URL says ``?timeout=``).
@@ -59,6 +60,25 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     kwargs.setdefault("pool_size", POOL_SIZE)
     kwargs.setdefault("max_overflow", POOL_OVERFLOW)
     return create_engine(url, connect_args=connect_args, **kwargs)
+
+
+def commit_without_flush_wait() -> None:
+    """From now on, every Postgres connection this process opens (any engine's: Optuna's
+    storage too) commits without waiting for its write-ahead log to reach the disk
+    (``synchronous_commit = off``); SQLite's are left alone. For a process whose writes can be
+    made again (the planner: ``kernelsearch planner --async-commit``): its commits stop
+    queueing on the disk's flushes beside the requests' own, and a database crash loses at
+    most its last fraction of a second of commits, never a later transaction's (the log is
+    written in order, and every commit that waits for the flush flushes what came before)."""
+    if not event.contains(Pool, "connect", _no_flush_wait):
+        event.listen(Pool, "connect", _no_flush_wait)
+
+
+def _no_flush_wait(dbapi_connection: Any, _record: Any) -> None:
+    if type(dbapi_connection).__module__.startswith("psycopg"):
+        # a SET is transactional: committed here, before the pool hands the connection out
+        dbapi_connection.execute("SET synchronous_commit = off")
+        dbapi_connection.commit()
 
 
 def _configure_sqlite(engine: Engine, timeout_s: float) -> None:

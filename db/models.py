@@ -155,6 +155,8 @@ class CandidateRow(Base):
     __table_args__ = (
         Index("ix_candidates_job_status", "job_id", "status"),
         Index("ix_candidates_status_expiry", "status", "lease_expires_at"),
+        # the candidates of a study's trials (db.candidates.of_trials)
+        Index("ix_candidates_problem_trial", "problem_id", "tier", "trial_number"),
         CheckConstraint(BACKEND_OR_TASK, name="ck_candidates_backend_or_task"),
     )
 

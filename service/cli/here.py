@@ -106,6 +106,12 @@ def serve(
     planner_nice: Annotated[int, typer.Option(
         min=0, max=19, help="KS_PLANNING=background: the planner process's added nice value")
                             ] = 10,
+    planner_idle: Annotated[bool, typer.Option(
+        help="KS_PLANNING=background: run the planner in the idle scheduling class (Linux "
+             "SCHED_IDLE; see `kernelsearch planner --idle`)")] = True,
+    planner_async_commit: Annotated[bool, typer.Option(
+        help="KS_PLANNING=background: the planner's commits do not wait for the disk (see "
+             "`kernelsearch planner --async-commit`)")] = True,
 ) -> None:
     """Start the API (migrations first) and, where a GPU is present, a local worker."""
     import uvicorn
@@ -123,8 +129,12 @@ def serve(
     planner: subprocess.Popen[bytes] | None = None
     if background:  # requests only mark jobs: a planner process plans them, at a lower priority
         planner = subprocess.Popen([sys.executable, "-m", "service.cli", "planner",
-                                    "--nice", str(planner_nice), "--exit-with-parent"])
-        console.print(f"planner started (pid {planner.pid}, nice {planner_nice})")
+                                    "--nice", str(planner_nice),
+                                    "--idle" if planner_idle else "--no-idle",
+                                    "--async-commit" if planner_async_commit
+                                    else "--no-async-commit", "--exit-with-parent"])
+        console.print(f"planner started (pid {planner.pid}, nice {planner_nice}"
+                      f"{', idle class' if planner_idle else ''})")
     child: subprocess.Popen[bytes] | None = None
     if worker == "yes" or (worker == "auto" and _gpu_present()):
         env = dict(os.environ, KS_URL=f"http://{host}:{port}")
@@ -152,21 +162,33 @@ def planner_cmd(
                       ] = 0.05,
     nice: Annotated[int, typer.Option(min=0, max=19, help="added to the process's nice value: "
                                       "on a shared host requests answer first")] = 0,
+    idle: Annotated[bool, typer.Option(
+        help="run in the kernel's idle scheduling class (Linux SCHED_IDLE): the planner gets "
+             "a core only when nothing else wants it, so on a busy host a request waking up "
+             "never waits behind it; where there is no such class, --nice alone")] = False,
+    async_commit: Annotated[bool, typer.Option(
+        help="on Postgres, commit without waiting for the write-ahead log to reach the disk "
+             "(synchronous_commit=off, this process's connections only): the planner's many "
+             "small commits stop queueing on the disk's flushes beside the requests'. A "
+             "database crash may lose its last fraction of a second of planning, which the "
+             "next planner does again (results and marks are the requests', flushed)")
+                            ] = False,
     drain: Annotated[bool, typer.Option(help="plan what is marked now, then exit")] = False,
     exit_with_parent: Annotated[bool, typer.Option(
         help="stop when the process that started this one is gone (used by serve)")] = False,
 ) -> None:
     """Plan the jobs the API marked (KS_PLANNING=background): Optuna's proposals and tells,
     verifications and decisions, outside the requests. Several planners may share a database."""
-    from db.engine import Database
+    from db.engine import Database, commit_without_flush_wait
     from service.flow import Flow
     from service.planner import Planner
     from service.settings import get_settings
     from service.tuning import TunerPool, optuna_tuner
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    if nice:
-        os.nice(nice)
+    lower_priority(nice, idle=idle)
+    if async_commit:
+        commit_without_flush_wait()
     settings = get_settings()
     kinds.load_plugins(settings.plugin_modules)
     database = Database(settings.database_url)
@@ -187,6 +209,24 @@ def planner_cmd(
     finally:
         flow.close()
     console.print(f"planner done: {planner.planned} jobs planned")
+
+
+def lower_priority(nice: int, *, idle: bool) -> bool:
+    """Lower this process's CPU priority: ``nice`` added to its nice value, and with ``idle``
+    the idle scheduling class (``SCHED_IDLE``, Linux), in which it runs only on a core nothing
+    else wants. Threads started afterwards inherit both. Returns whether the idle class was
+    set (False without ``idle``, or where the platform has no such class)."""
+    if nice:
+        os.nice(nice)
+    if not idle or not hasattr(os, "sched_setscheduler") or not hasattr(os, "SCHED_IDLE"):
+        return False
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except OSError as exc:  # a sandbox that forbids it: --nice still holds
+        logging.getLogger("kernelsearch.planner").warning("idle scheduling class refused: %s",
+                                                          exc)
+        return False
+    return True
 
 
 def worker_cmd(

@@ -79,7 +79,7 @@ def test_precisions_are_backfilled_and_dropped_again(database_url: str) -> None:
     upgrade(database_url, "0006")
     _seed_0006(database_url)
     upgrade(database_url)
-    assert current(database_url) == "0011"
+    assert current(database_url) == "0012"
     assert _rows(database_url, "measurements", "precision") == [
         (1, None), (2, "tf32"), (3, "tf32"), (4, None)]
     assert _rows(database_url, "decisions", "precision", "rel_error") == [

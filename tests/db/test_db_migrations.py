@@ -24,11 +24,11 @@ def _tables(url: str) -> set[str]:
 def test_upgrade_head_twice_is_a_noop(database_url: str) -> None:
     assert current(database_url) is None
     upgrade(database_url)
-    assert current(database_url) == "0011"
+    assert current(database_url) == "0012"
     tables = _tables(database_url)
     assert OURS | {VERSION_TABLE} <= tables and "alembic_version" not in tables
     upgrade(database_url)
-    assert current(database_url) == "0011" and _tables(database_url) == tables
+    assert current(database_url) == "0012" and _tables(database_url) == tables
     command.check(alembic_config(database_url))  # the models match the migrations
 
 
@@ -42,7 +42,7 @@ def test_coexists_with_optuna_storage(database_url: str) -> None:
         upgrade(database_url)
         tables = _tables(database_url)
         assert {"alembic_version", "studies", "trials", VERSION_TABLE} | OURS <= tables
-        assert current(database_url) == "0011"
+        assert current(database_url) == "0012"
         assert len(optuna.load_study(study_name="s", storage=storage).trials) == 1
     finally:
         storage.engine.dispose()
@@ -52,3 +52,17 @@ def test_downgrade_to_base(database_url: str) -> None:
     upgrade(database_url)
     command.downgrade(alembic_config(database_url), "base")
     assert not OURS & _tables(database_url)
+
+
+def test_candidates_of_trials_are_read_by_an_index(database_url: str) -> None:
+    # the planner reads a study's candidates by problem, tier and trial number
+    # (db.candidates.of_trials) each time it tells a study: without this index that read
+    # scans every candidate ever stored
+    upgrade(database_url)
+    engine = make_engine(database_url)
+    try:
+        indexes = {i["name"]: i["column_names"]
+                   for i in inspect(engine).get_indexes("candidates")}
+    finally:
+        engine.dispose()
+    assert indexes.get("ix_candidates_problem_trial") == ["problem_id", "tier", "trial_number"]
