@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url
 from search.types import Measurement, config_key
 
 __all__ = ["PENALTY_US", "Choice", "CompileBudget", "Proposal", "SpaceTuner", "StudyTuner",
-           "close_storages", "storage_for"]
+           "close_storages", "open_study", "storage_for"]
 
 #: Objective given to infeasible or failed configurations; the constraint keeps them ranked
 #: below every feasible one whatever this value is.
@@ -127,6 +127,17 @@ def close_storages() -> None:
         _storages.clear()
 
 
+def open_study(storage: optuna.storages.RDBStorage, name: str) -> optuna.Study:
+    """The study ``name`` in ``storage``, created (minimising) if there is none. It is read
+    first: creating first, as ``create_study(load_if_exists=True)`` does, makes every tuner of
+    an existing study try an insert that the database refuses (and logs as an error)."""
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:  # none yet; another process creating it at once is loaded instead
+        return optuna.create_study(storage=storage, study_name=name, direction="minimize",
+                                   load_if_exists=True)
+
+
 class StudyTuner:
     """What the tuners here share: one persisted Optuna study, ask/tell bookkeeping, and the
     rule that a failed or infeasible configuration is told as an infeasible trial.
@@ -138,9 +149,7 @@ class StudyTuner:
 
     def __init__(self, storage_url: str, name: str, seed: int = 0) -> None:
         self.exhausted = False
-        storage = storage_for(storage_url)
-        self._study = optuna.create_study(storage=storage, study_name=name,
-                                          direction="minimize", load_if_exists=True)
+        self._study = open_study(storage_for(storage_url), name)
         n_trials = len(self._study.get_trials(deepcopy=False))
         #: a new study: the subclass enqueues its seeds
         self.fresh = n_trials == 0

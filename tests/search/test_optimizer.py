@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import optuna
+
 from search.kinds.gemm.spec import GemmProblem
 from search.kinds.gemm.triton_constraints import violations
 from search.kinds.gemm.triton_tuner import GemmTuner, study_name
@@ -119,3 +121,29 @@ def test_a_changed_space_gets_its_own_study_and_keeps_the_old(tmp_path: Path) ->
     # a parameter the old trials lack is no conflict: the same study goes on
     grown = SpaceTuner(url, "toy|problem|gpu", (Choice("X", (1, 2)), Choice("Y", (0, 1))))
     assert grown.study.study_name == "toy|problem|gpu"
+
+
+def test_an_existing_study_is_opened_without_trying_to_create_it(database_url: str) -> None:
+    """A tuner of a study that exists reads it: no insert that the database refuses (and
+    Postgres logs as an error) each time a tuner is made."""
+    import sqlalchemy
+
+    from search.optimizer import open_study, storage_for
+
+    storage = storage_for(database_url)
+    inserts: list[str] = []
+
+    def seen(_conn, _cursor, statement, *_args) -> None:  # type: ignore[no-untyped-def]
+        if statement.lstrip().upper().startswith("INSERT INTO STUDIES"):
+            inserts.append(statement)
+
+    sqlalchemy.event.listen(storage.engine, "before_cursor_execute", seen)
+    try:
+        first = open_study(storage, "opened")
+        assert len(inserts) == 1  # created
+        again = open_study(storage, "opened")
+        assert inserts[1:] == [] and again._study_id == first._study_id
+        assert again.direction == first.direction == optuna.study.StudyDirection.MINIMIZE
+    finally:
+        sqlalchemy.event.remove(storage.engine, "before_cursor_execute", seen)
+        close_storages()
