@@ -1,5 +1,10 @@
-"""GEMM's kernels in the registry: cuBLAS, CUTLASS and the tiled Triton template (and, through
-``hard_backends``, the repaired library and the repair, stream-K and skinny Triton kernels).
+"""GEMM's kernels in the registry: cuBLAS, cuBLASLt's other algorithms, CUTLASS and the tiled
+Triton template (and, through ``hard_backends``, the repaired library and the repair, stream-K
+and skinny Triton kernels).
+
+``cublaslt`` candidates name an algorithm of cuBLASLt's heuristic ranking for the problem
+(``{"rank": r}``, optionally ``"split_k"``; ``kernel_templates.gemm.cublaslt``), resolved on
+the worker; they run on a CUDA GPU only.
 
 ``register`` (called by ``kernel_templates.registry`` on the first GEMM lookup) registers the
 GEMM ``KernelKind`` (``inputs.make_inputs``, ``reference``) and one factory per backend; each
@@ -66,6 +71,27 @@ def _cublas(candidate: Candidate, inputs: GemmInputs) -> KernelCall:
         return cublas_matmul(a, b, out=out)
 
     return call
+
+
+def _cublaslt(candidate: Candidate, inputs: GemmInputs) -> KernelCall:
+    from kernel_templates.gemm.cublaslt import LtGemm, check_config, resolve
+
+    check_config(candidate.config)  # a bad config fails here, before any device work
+    gemm = LtGemm(inputs.a, inputs.b, inputs.out)
+    return gemm.launcher(resolve(gemm, candidate.config))
+
+
+def _cublaslt_supports(problem: GemmProblem) -> None:
+    if problem.scaled or problem.out_dtype != problem.dtype:
+        raise Unsupported("cublaslt serves bf16, fp16 and fp32 products that write their input "
+                          "dtype")
+
+
+def _cuda_only(device: Any) -> str | None:
+    """The ``available`` hook of a backend that needs a CUDA GPU."""
+    if device.mode != "cuda":
+        return "cuBLASLt runs on a CUDA GPU only, not in the CPU interpreter"
+    return None
 
 
 def _scales(inputs: GemmInputs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,6 +244,8 @@ def register() -> None:
         reference=lambda problem, inputs: reference_for(inputs), rel_error=rel_error,
         tolerance=tolerance_for, check=_check_dtypes, preload=("torch", "triton")))
     registry.register("gemm", Backend.CUBLAS.value, _cublas, supports=_cublas_supports)
+    registry.register("gemm", Backend.CUBLASLT.value, _cublaslt, supports=_cublaslt_supports,
+                      available=_cuda_only)
     registry.register("gemm", Backend.CUTLASS.value, _cutlass, supports=_cutlass_supports,
                       available=hosting.available, catalogue=hosting.catalogue,
                       prepare=hosting.PREPARER)

@@ -208,7 +208,7 @@ def test_submit_status_best_and_jobs_print_tables_or_json(cli: Any, driver: Any)
     job = _submitted(cli, "--m", "512", "--n", "512", "--k", "512", "--dtype", "fp16",
                      "--trials", "4", "--policy", "patience=2")
     assert job["status"] == "queued" and job["policy"]["patience"] == 2
-    assert job["backends"] == ["cublas", "repaired", "triton", "triton_repair",
+    assert job["backends"] == ["cublas", "cublaslt", "repaired", "triton", "triton_repair",
                                "triton_streamk", "triton_skinny"]  # the library search left out
     driver.run_all(driver.register())
     served = driver.job(job["id"])

@@ -17,8 +17,8 @@ AGENT = {"threshold": 0.9}
 ATTAINABLE_US = (2 * 512 * 512 * 2 + 512 * 512 * 2) / 3000e9 * 1e6  # see test_decisions.py
 WITH_CUTLASS = ["cublas", "cutlass", "triton"]
 #: every GEMM backend: what a job allows when it names none
-EVERY = ["cublas", "cutlass", "repaired", "triton", "triton_repair", "triton_streamk",
-         "triton_skinny"]
+EVERY = ["cublas", "cublaslt", "cutlass", "repaired", "triton", "triton_repair",
+         "triton_streamk", "triton_skinny"]
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,8 @@ def test_create_job_dedups_problem(client: TestClient, driver: Any) -> None:
     assert a["status"] == "queued"
     assert a["problem_key"] == "gemm:b1:m512:n512:k512:fp16:fp16:fp32:rr"
     assert a["budget"] == {"max_trials": 4, "max_seconds": None}
-    assert a["backends"] == ["cublas", "cutlass", "repaired", "triton", "triton_repair",
-                             "triton_streamk", "triton_skinny"]
+    assert a["backends"] == ["cublas", "cublaslt", "cutlass", "repaired", "triton",
+                             "triton_repair", "triton_streamk", "triton_skinny"]
     assert a["progress"] == {"trials_done": 0, "trials_budget": 4, "elapsed_s": None,
                              "outstanding": 0}
     same = dict(driver.PROBLEM, batch=1, out_dtype="fp16", layout_a="row")

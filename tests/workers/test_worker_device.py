@@ -70,8 +70,8 @@ def test_offered_backends_follow_the_registry_hooks(monkeypatch: pytest.MonkeyPa
     h100 = Device(gpu_model="H100", mode="cuda", cc="9.0")
     attention = ("flex", "sdpa_cudnn", "sdpa_efficient", "sdpa_flash", "sdpa_math",
                  "triton_decode")
-    gemm = ("cublas", "cutlass", "repaired", "triton", "triton_repair", "triton_skinny",
-            "triton_streamk")
+    gemm = ("cublas", "cublaslt", "cutlass", "repaired", "triton", "triton_repair",
+            "triton_skinny", "triton_streamk")
     assert offered_backends(h100) == tuple(sorted((*gemm, *attention)))
     h100 = dataclasses.replace(h100, backends=offered_backends(h100))
     assert catalogues(h100) == {"gemm/cutlass": Catalogue((), source="fake").encode()}

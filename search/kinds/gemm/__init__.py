@@ -1,9 +1,10 @@
-"""GEMM as a problem kind: ``C = A @ B`` with cuBLAS and CUTLASS as the library, tiled Triton
-kernels as the custom side.
+"""GEMM as a problem kind: ``C = A @ B`` with cuBLAS (its own pick and cuBLASLt's other ranked
+algorithms) and CUTLASS as the library, tiled Triton kernels as the custom side.
 
 The package holds everything the search side knows of GEMM: the spec (:mod:`.spec`), the
-library stage (cuBLAS, ranked CUTLASS operations from the declared catalogue: :mod:`.library`),
-the Triton tiers and their space (:mod:`.triton_space`, :mod:`.triton_constraints`,
+library stage (cuBLAS, cuBLASLt's ranked algorithms, ranked CUTLASS operations from the
+declared catalogue: :mod:`.library`), the Triton tiers and their space
+(:mod:`.triton_space`, :mod:`.triton_constraints`,
 :mod:`.triton_tuner`), the fp8 tier (:mod:`.fp8_space`, :mod:`.fp8_tuner`: fp8 problems, and
 bf16/fp16 ones computed in fp8 where the policy allows), the cluster rule (:mod:`.cluster`), the
 CUTLASS search (:mod:`.cutlass_space`, :mod:`.cutlass_tuner`), and the tiers for shapes the
@@ -35,6 +36,7 @@ __all__ = ["CUTLASS_TIER", "GEMM", "GemmKind", "GemmProblem", "check_served"]
 #: The tier of the CUTLASS search's candidates: library side, its trials count as library.
 CUTLASS_TIER = "cutlass"
 CUBLAS, CUTLASS, TRITON = Backend.CUBLAS.value, Backend.CUTLASS.value, Backend.TRITON.value
+CUBLASLT = Backend.CUBLASLT.value
 
 
 class GemmKind(ProblemKind):
@@ -42,7 +44,7 @@ class GemmKind(ProblemKind):
 
     name = "gemm"
     problem_type = GemmProblem
-    library_backends = (CUBLAS, CUTLASS, hard_tiers.REPAIRED)
+    library_backends = (CUBLAS, CUBLASLT, CUTLASS, hard_tiers.REPAIRED)
     custom_backends = (TRITON, hard_tiers.TRITON_REPAIR, hard_tiers.TRITON_STREAMK,
                        hard_tiers.TRITON_SKINNY)
     baseline_backend = CUBLAS
@@ -100,6 +102,8 @@ class GemmKind(ProblemKind):
             configs.append((CUBLAS, {}))
             if problem.dtype == "fp32" and policy.allow_tf32:
                 configs.append((CUBLAS, {"allow_tf32": True}))
+        if CUBLASLT in backends:
+            configs += [(CUBLASLT, dict(c)) for c in library.cublaslt_configs(problem)]
         notes: list[str] = []
         if CUTLASS in backends:
             catalogue = library.decode(catalogues(library.CUTLASS_CATALOGUE))

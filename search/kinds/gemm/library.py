@@ -1,4 +1,10 @@
-"""GEMM's library stage beyond cuBLAS: which CUTLASS operations a job measures and searches.
+"""GEMM's library stage beyond cuBLAS: which cuBLASLt algorithms and CUTLASS operations a job
+measures (and, for CUTLASS, searches).
+
+cuBLASLt ranks several algorithms for a problem and ``torch.matmul`` runs its first; the
+library stage also measures the next few (:data:`CUBLASLT_RANKS`) and the first few run
+without a K split (:data:`CUBLASLT_UNSPLIT`), as ``cublaslt`` candidates that a worker resolves
+against its own cuBLAS (:func:`cublaslt_configs`).
 
 The service never enumerates CUTLASS (that needs ``cutlass_library``, a GPU host's extra): a
 worker that offers CUTLASS declares its operation catalogue when it registers
@@ -26,13 +32,20 @@ from search.kinds.gemm import cutlass_space
 from search.kinds.gemm.cutlass_catalogue import Catalogue, OpSpec, filter_ops
 from search.kinds.gemm.spec import GemmProblem
 
-__all__ = ["CUTLASS_CATALOGUE", "clear_cache", "cutlass_configs", "cutlass_ops", "decode"]
+__all__ = ["CUBLASLT_RANKS", "CUBLASLT_UNSPLIT", "CUTLASS_CATALOGUE", "clear_cache",
+           "cublaslt_configs", "cutlass_configs", "cutlass_ops", "decode"]
 
 log = logging.getLogger("kernelsearch.agent")
 
 #: Key of the CUTLASS operation catalogue, as workers declare it (``"<kind>/<backend>"``) and
 #: as ``db.catalogues`` stores it
 CUTLASS_CATALOGUE = "gemm/cutlass"
+
+#: The heuristic's ranks measured as they are (rank 0 is, to the noise, ``torch.matmul``'s own
+#: pick, which the ``cublas`` candidate measures).
+CUBLASLT_RANKS = (1, 2, 3, 4, 5)
+#: The ranks also measured without a K split (a worker refuses one already unsplit).
+CUBLASLT_UNSPLIT = (0, 1, 2)
 
 _CACHE_SIZE = 256
 _Answer = tuple[tuple[dict[str, Any], ...], str | None]
@@ -84,6 +97,15 @@ def cutlass_configs(problem: GemmProblem, gpu_model: str | None, n: int,
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return answer
+
+
+def cublaslt_configs(problem: GemmProblem) -> tuple[dict[str, int], ...]:
+    """The ``cublaslt`` candidates of ``problem``'s library stage; none for the products it
+    does not serve (fp8, or an output dtype other than the inputs')."""
+    if problem.scaled or problem.out_dtype != problem.dtype:
+        return ()
+    return (*({"rank": r} for r in CUBLASLT_RANKS),
+            *({"rank": r, "split_k": 1} for r in CUBLASLT_UNSPLIT))
 
 
 def clear_cache() -> None:

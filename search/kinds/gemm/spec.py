@@ -28,12 +28,13 @@ FP8_OUT_DTYPES = ("bf16", "fp16", "fp32")
 FP8_ALIGNMENT = 16
 class Backend(StrEnum):
     CUBLAS = "cublas"
+    CUBLASLT = "cublaslt"
     TRITON = "triton"
     CUTLASS = "cutlass"
 
 
 #: Backends whose kernels someone else maintains: the library side of the decision.
-LIBRARY_BACKENDS = (Backend.CUBLAS.value, Backend.CUTLASS.value)
+LIBRARY_BACKENDS = (Backend.CUBLAS.value, Backend.CUBLASLT.value, Backend.CUTLASS.value)
 #: Backends whose kernels we generate and search: the custom side.
 CUSTOM_BACKENDS = (Backend.TRITON.value,)
 
