@@ -18,6 +18,9 @@
 #                          its shape indices (default: all), GEMM_ARGS more options (--no-peer)
 #          AGENT_ONLY=0,4  also run `python -m scripts.bench agent --only 0,4` (default: not);
 #                          AGENT_MODES=agent: only the agent mode (default agent,full)
+#          LT_PROBE="16x4096x4096 32768x512x512"  also run `python -m scripts.bench.lt_probe`
+#                   on them (cuBLASLt's ranked algorithms and their re-split variants against
+#                   cuBLAS's own pick; "all": its default shapes; default: not)
 #          QUANT=1  also run `python -m scripts.bench quant` (the fp8 quantisation alone:
 #                   two passes against panels; default: not)
 #          LOWERED=1  also run `python -m scripts.bench lowered` (bf16 computed in fp8 taken
@@ -91,6 +94,16 @@ if [ -n "$tests" ]; then
     $tests 2>&1 | tee "$out/gpu_tests.log"
   rc=$(( rc | PIPESTATUS[0] ))
   gpu_state tests >> "$out/env.txt"
+  pack
+fi
+
+if [ -n "${LT_PROBE:-}" ]; then
+  echo "== cuBLASLt's ranked algorithms against cuBLAS's pick: $LT_PROBE"
+  lt_shapes=$LT_PROBE; [ "$lt_shapes" = all ] && lt_shapes=""
+  # shellcheck disable=SC2086
+  OUT=$out timeout "$(left)" python3 -m scripts.bench.lt_probe $lt_shapes 2>&1 \
+    | tee "$out/lt_probe.log"
+  rc=$(( rc | PIPESTATUS[0] ))
   pack
 fi
 
