@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, exists, func, or_, select, update
+from sqlalchemy import bindparam, case, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -28,6 +28,9 @@ from db.records import (
     LeaseRecord,
 )
 from search.types import Status, config_key
+
+#: The table, for statements that need no ORM bookkeeping (no identity map to keep in step).
+_C = CandidateRow.__table__
 
 
 def add_candidates(session: Session, job_id: int, problem_id: int, backend: str,
@@ -88,6 +91,16 @@ def get_candidate(session: Session, candidate_id: int, *, lock: bool = False
     return CandidateRecord.of(row) if row is not None else None
 
 
+def lock_candidates(session: Session, ids: Sequence[int]) -> dict[int, CandidateRecord]:
+    """The candidates of ``ids`` that exist, read in one statement with their rows locked in id
+    order (two transactions locking overlapping sets never wait on each other in a circle)."""
+    if not ids:
+        return {}
+    rows = session.execute(select(*_C.c).where(_C.c.id.in_(sorted(set(ids))))
+                           .order_by(_C.c.id).with_for_update())
+    return {int(r.id): CandidateRecord.of(r) for r in rows}  # type: ignore[arg-type]
+
+
 def job_candidates(session: Session, job_id: int) -> list[CandidateRecord]:
     rows = session.scalars(select(CandidateRow).where(CandidateRow.job_id == job_id)
                            .order_by(CandidateRow.id))
@@ -98,6 +111,17 @@ def finish_candidate(session: Session, candidate_id: int, status: CandidateStatu
                      reason: str | None = None) -> None:
     session.execute(update(CandidateRow).where(CandidateRow.id == candidate_id)
                     .values(status=status.value, failure_reason=reason))
+
+
+def finish_candidates(session: Session,
+                      finished: Sequence[tuple[int, CandidateStatus, str | None]]) -> None:
+    """Set each ``(candidate id, status, reason)``, in one statement (executed for many)."""
+    if finished:
+        session.execute(update(_C).where(_C.c.id == bindparam("cid"))
+                        .values(status=bindparam("new_status"),
+                                failure_reason=bindparam("reason")),
+                        [{"cid": i, "new_status": st.value, "reason": r}
+                         for i, st, r in finished])
 
 
 def requeue_for_recheck(session: Session, candidate_id: int) -> None:

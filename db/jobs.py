@@ -111,6 +111,16 @@ def get_job(session: Session, job_id: int, *, lock: bool = False) -> JobRecord |
     return JobRecord.of(row[0], row[1])
 
 
+def get_jobs(session: Session, job_ids: Sequence[int]) -> dict[int, JobRecord]:
+    """The jobs of ``job_ids`` that exist, in one query."""
+    if not job_ids:
+        return {}
+    rows = session.execute(select(JobRow, ProblemRow)
+                           .join(ProblemRow, ProblemRow.id == JobRow.problem_id)
+                           .where(JobRow.id.in_(sorted(set(job_ids))))).all()
+    return {j.id: JobRecord.of(j, p) for j, p in rows}
+
+
 def list_jobs(session: Session, limit: int, offset: int) -> tuple[list[JobRecord], int]:
     """Jobs newest first, and the total."""
     total = session.scalar(select(func.count()).select_from(JobRow)) or 0

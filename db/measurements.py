@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import case, func, insert, select
 from sqlalchemy.orm import Session
 
 from db import summaries
@@ -14,6 +16,7 @@ from db.records import CandidateRecord, MeasurementRecord
 from search.types import INTERPRETER_GPU, Measurement, Status
 
 _OK = Status.OK.value
+_M = MeasurementRow.__table__
 #: Measurements of one kernel, not of a task (calibration, verification).
 _KERNEL = MeasurementRow.task.is_(None)
 
@@ -23,21 +26,53 @@ def add_measurement(session: Session, candidate: CandidateRecord, gpu_model: str
                     now: datetime, precision: str | None = None) -> MeasurementRecord:
     """Store ``measurement`` of ``candidate``; ``precision``: what the kernel computes in when
     below the problem's input precision (``ProblemKind.precision_of``)."""
-    m = measurement
-    row = MeasurementRow(
-        candidate_id=candidate.id, job_id=candidate.job_id, problem_id=candidate.problem_id,
-        gpu_model=gpu_model, backend=candidate.backend, task=candidate.task,
-        config=dict(candidate.config),
-        config_key=candidate.config_key, status=str(m.status), median_us=m.median_us,
-        p20_us=m.p20_us, p80_us=m.p80_us, reps=m.reps, rel_error=m.rel_error,
-        compile_s=m.compile_s, bench_s=m.bench_s, error=m.error, env=dict(m.env),
-        extra=dict(m.extra) or None, worker_id=worker_id, created_at=now,
-        precision=precision)
+    row = MeasurementRow(**_values(Reported(candidate, gpu_model, measurement, worker_id, now,
+                                            precision)))
     session.add(row)
     session.flush()
     summaries.add(session, candidate.problem_id, gpu_model, kernel=candidate.task is None,
-                  ok=m.ok, gpu_s=float(m.compile_s or 0.0) + float(m.bench_s or 0.0), now=now)
+                  ok=measurement.ok, gpu_s=_gpu_s(measurement), now=now)
     return MeasurementRecord.of(row)
+
+
+@dataclass(frozen=True)
+class Reported:
+    """A measurement to store with :func:`add_measurements` (as :func:`add_measurement`'s
+    arguments)."""
+
+    candidate: CandidateRecord
+    gpu_model: str
+    measurement: Measurement
+    worker_id: int | None
+    now: datetime
+    precision: str | None = None
+
+
+def add_measurements(session: Session, items: Sequence[Reported]) -> None:
+    """Store several measurements in one statement and count them into their totals with one
+    upsert (``db.summaries.add_many``): what a report of several results writes."""
+    if not items:
+        return
+    session.execute(insert(_M), [_values(r) for r in items])
+    summaries.add_many(session, [
+        summaries.Count(r.candidate.problem_id, r.gpu_model, kernel=r.candidate.task is None,
+                        ok=r.measurement.ok, gpu_s=_gpu_s(r.measurement), now=r.now)
+        for r in items])
+
+
+def _values(r: Reported) -> dict[str, Any]:
+    c, m = r.candidate, r.measurement
+    return {"candidate_id": c.id, "job_id": c.job_id, "problem_id": c.problem_id,
+            "gpu_model": r.gpu_model, "backend": c.backend, "task": c.task,
+            "config": dict(c.config), "config_key": c.config_key, "status": str(m.status),
+            "median_us": m.median_us, "p20_us": m.p20_us, "p80_us": m.p80_us, "reps": m.reps,
+            "rel_error": m.rel_error, "compile_s": m.compile_s, "bench_s": m.bench_s,
+            "error": m.error, "env": dict(m.env), "extra": dict(m.extra) or None,
+            "worker_id": r.worker_id, "created_at": r.now, "precision": r.precision}
+
+
+def _gpu_s(m: Measurement) -> float:
+    return float(m.compile_s or 0.0) + float(m.bench_s or 0.0)
 
 
 def find_known(session: Session, problem_id: int, gpu_model: str, backend: str,

@@ -42,7 +42,7 @@ from service.agent_loop import (
     time_up,
 )
 from service.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
-from service.reports import Shared, store
+from service.reports import store_all
 from service.settings import ServiceSettings
 from service.tokens import digest, other_identity, same_secret
 from service.tuning import TunerPool
@@ -358,9 +358,10 @@ class Flow:
         touched: set[int] = set()
         for candidate_id, measurement in results:
             with self.db.session() as s:
-                got = store(s, worker, lease_id, candidate_id, measurement, now := self.clock(),
-                            self.settings.implausible_below,
-                            across_identities=self.settings.distinct_confirmers)
+                now = self.clock()
+                [got] = store_all(s, worker, lease_id, [(candidate_id, measurement)],
+                                  lambda now=now: now, self.settings.implausible_below,
+                                  self.settings.distinct_confirmers)
                 if got.refused is None:
                     workers.touch(s, worker.id, now)
             if got.cand is None or got.job is None or got.refused is not None:
@@ -388,11 +389,11 @@ class Flow:
         with self.db.session() as s:
             worker = _known_worker(s, worker_id, check)
             marked: set[int] = set()
-            shared = Shared()
-            for candidate_id, measurement in sorted(results, key=lambda r: r[0]):
-                got = store(s, worker, lease_id, candidate_id, measurement, self.clock(),
-                            self.settings.implausible_below, shared,
-                            self.settings.distinct_confirmers)
+            ordered = sorted(results, key=lambda r: r[0])
+            stored = store_all(s, worker, lease_id, ordered, self.clock,
+                               self.settings.implausible_below,
+                               self.settings.distinct_confirmers)
+            for (candidate_id, _), got in zip(ordered, stored, strict=True):
                 if got.cand is not None and (got.refused is None or got.stored is not None):
                     marked.add(got.cand.job_id)  # stored, or a repeat: the planner tells
                 if got.cand is None or got.job is None or got.refused is not None:
