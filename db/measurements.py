@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, func, insert, select
+from sqlalchemy import Select, case, func, insert, literal, select, union_all
 from sqlalchemy.orm import Session
 
 from db import summaries
@@ -100,19 +100,23 @@ def built_ops(session: Session, problem_id: int, gpu_model: str, backend: str) -
     return {str(c["op"]) for c in rows if isinstance(c, dict) and "op" in c}
 
 
+def _fastest_stmt(*where: Any, backend: str | tuple[str, ...] | None,
+                  exact: bool = False) -> Select[Any]:
+    stmt = select(_M).where(*where, _M.c.status == _OK, _M.c.median_us.is_not(None),
+                            _M.c.task.is_(None))
+    if exact:
+        stmt = stmt.where(_M.c.precision.is_(None))
+    if isinstance(backend, str):
+        stmt = stmt.where(_M.c.backend == backend)
+    elif backend is not None:
+        stmt = stmt.where(_M.c.backend.in_(backend))
+    return stmt.order_by(_M.c.median_us, _M.c.id).limit(1)
+
+
 def _fastest(session: Session, *where: Any, backend: str | tuple[str, ...] | None,
              exact: bool = False) -> MeasurementRecord | None:
-    stmt = select(MeasurementRow).where(*where, MeasurementRow.status == _OK,
-                                        MeasurementRow.median_us.is_not(None), _KERNEL)
-    if exact:
-        stmt = stmt.where(MeasurementRow.precision.is_(None))
-    if isinstance(backend, str):
-        stmt = stmt.where(MeasurementRow.backend == backend)
-    elif backend is not None:
-        stmt = stmt.where(MeasurementRow.backend.in_(backend))
-    row = session.scalars(stmt.order_by(MeasurementRow.median_us, MeasurementRow.id)
-                          .limit(1)).first()
-    return MeasurementRecord.of(row) if row is not None else None
+    row = session.execute(_fastest_stmt(*where, backend=backend, exact=exact)).first()
+    return MeasurementRecord.of(row) if row is not None else None  # type: ignore[arg-type]
 
 
 def job_best(session: Session, job_id: int, backend: str | tuple[str, ...] | None = None
@@ -128,6 +132,20 @@ def problem_best(session: Session, problem_id: int, gpu_model: str,
     several; ``exact``: of a kernel computing in the problem's input precision)."""
     return _fastest(session, MeasurementRow.problem_id == problem_id,
                     MeasurementRow.gpu_model == gpu_model, backend=backend, exact=exact)
+
+
+def problem_bests(session: Session, problem_id: int, gpu_model: str,
+                  backends: tuple[str, ...], *, exact: bool = False
+                  ) -> tuple[MeasurementRecord | None, MeasurementRecord | None]:
+    """:func:`problem_best` of any backend and of ``backends``, in one statement."""
+    where = (_M.c.problem_id == problem_id, _M.c.gpu_model == gpu_model)
+    parts = [_fastest_stmt(*where, backend=b, exact=exact).add_columns(
+                 literal(n).label("part")).subquery()
+             for n, b in enumerate((None, backends))]
+    found: dict[int, MeasurementRecord] = {}
+    for row in session.execute(union_all(*(select(p) for p in parts))):
+        found[int(row.part)] = MeasurementRecord.of(row)  # type: ignore[arg-type]
+    return found.get(0), found.get(1)
 
 
 def latest_gpu(session: Session, problem_id: int) -> str | None:

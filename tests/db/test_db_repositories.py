@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from db import candidates, jobs, workers
+from db import candidates, generations, jobs, measurements, workers
 from db.engine import Database
 from db.migrate import upgrade
 from db.records import CandidateStatus
 from search.kinds.gemm.spec import GemmProblem
+from search.types import Measurement, Status
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -84,3 +86,46 @@ def test_expire_stale(database: Database) -> None:
     with database.read_session() as s:
         counts = candidates.job_counts(s, job_id)
     assert counts.failed == 2 and counts.outstanding == 0 and counts.custom_terminal == 2
+
+
+def test_problem_bests_in_one_statement_as_problem_best_twice(database: Database) -> None:
+    """The best of any backend and the best of some backends, read together, are what two
+    reads of ``problem_best`` give (``exact``: only kernels in the input precision)."""
+    job_id, worker_id = _job(database, n=4)
+    times = {0: ("triton", 30.0, None), 1: ("cublas", 50.0, None), 2: ("cublas", 40.0, None),
+             3: ("triton", 20.0, "tf32")}
+    with database.session() as s:
+        cands = {c.config["i"]: c for c in candidates.job_candidates(s, job_id)}
+        for i, (backend, us, precision) in times.items():
+            c = dataclasses.replace(cands[i], backend=backend)
+            measurements.add_measurement(s, c, "G", Measurement(Status.OK, median_us=us),
+                                         worker_id, NOW, precision)
+        problem_id = cands[0].problem_id
+    with database.read_session() as s:
+        for exact in (False, True):
+            both = measurements.problem_bests(s, problem_id, "G", ("cublas",), exact=exact)
+            assert both == (measurements.problem_best(s, problem_id, "G", exact=exact),
+                            measurements.problem_best(s, problem_id, "G", ("cublas",),
+                                                      exact=exact))
+            assert [m.median_us for m in both if m] == ([30.0, 40.0] if exact else [20.0, 40.0])
+        assert measurements.problem_bests(s, problem_id, "G", ("cutlass",))[1] is None
+        assert measurements.problem_bests(s, problem_id, "other GPU", ("cublas",)) == (None,
+                                                                                     None)
+
+
+def test_the_generation_comes_with_its_problem(database: Database) -> None:
+    """``generations.with_problem`` over ``Database.reads``: the problem's record and the
+    generation ``of_problem`` reads, which a stored measurement moves on."""
+    key = GemmProblem(1, 2, 3).key()
+    job_id, worker_id = _job(database, n=1)
+    with database.reads() as s:
+        record, before = generations.with_problem(s, key) or (None, None)
+        assert record is not None and record.problem == GemmProblem(1, 2, 3)
+        assert before == generations.of_problem(s, key)
+        assert generations.with_problem(s, "gemm:none") is None
+    with database.session() as s:
+        [c] = candidates.job_candidates(s, job_id)
+        measurements.add_measurement(s, c, "G", Measurement(Status.OK, median_us=1.0),
+                                     worker_id, NOW)
+    with database.reads() as s:
+        assert (generations.of_problem(s, key) or (0, 0))[1] == (before or (0, 0))[1] + 1
