@@ -219,21 +219,29 @@ def lease_pending_of_model(session: Session, gpu_model: str, backends: Sequence[
     """Lease up to ``limit`` pending candidates of the running jobs bound to ``gpu_model``, in
     one statement: the oldest job's first, and in a job its tasks and library candidates
     before custom trials (as ``lease_pending``). Used when requests do not plan
-    (``KS_PLANNING=background``): the queue is read by an index, not job by job."""
+    (``KS_PLANNING=background``): the queue is read by an index, not job by job, and the rows
+    picked (``FOR UPDATE SKIP LOCKED`` on Postgres) are marked leased by the same
+    statement."""
     if limit <= 0:
         return []
-    rows = list(session.scalars(
-        select(CandidateRow)
-        .join(JobRow, JobRow.id == CandidateRow.job_id)
-        .where(JobRow.status == JobStatus.RUNNING.value, JobRow.bound_gpu == gpu_model,
-               CandidateRow.status == CandidateStatus.PENDING.value,
-               or_(CandidateRow.backend.in_(list(backends)), CandidateRow.task.is_not(None)),
-               _not_held_by(worker_id, by_identity, token_name))
-        .order_by(CandidateRow.job_id, case((CandidateRow.tier.is_(None), 0), else_=1),
-                  CandidateRow.id)
-        .limit(limit)
-        .with_for_update(skip_locked=True, of=CandidateRow)))
-    return _hand_out(session, rows, lease_id, worker_id, expires_at)
+    first = (CandidateRow.job_id, case((CandidateRow.tier.is_(None), 0), else_=1),
+             CandidateRow.id)
+    picked = (select(CandidateRow.id)
+              .join(JobRow, JobRow.id == CandidateRow.job_id)
+              .where(JobRow.status == JobStatus.RUNNING.value, JobRow.bound_gpu == gpu_model,
+                     CandidateRow.status == CandidateStatus.PENDING.value,
+                     or_(CandidateRow.backend.in_(list(backends)),
+                         CandidateRow.task.is_not(None)),
+                     _not_held_by(worker_id, by_identity, token_name))
+              .order_by(*first).limit(limit)
+              .with_for_update(skip_locked=True, of=CandidateRow))
+    rows = session.execute(
+        update(_C).where(_C.c.id.in_(picked.scalar_subquery()))
+        .values(status=CandidateStatus.LEASED.value, lease_id=lease_id,
+                lease_expires_at=expires_at, worker_id=worker_id)
+        .returning(*_C.c)).all()
+    got = [CandidateRecord.of(r) for r in rows]  # type: ignore[arg-type]
+    return sorted(got, key=lambda c: (c.job_id, c.tier is not None, c.id))
 
 
 def _not_held_by(worker_id: int, by_identity: bool = False, token_name: str | None = None

@@ -155,6 +155,26 @@ def bind_job(session: Session, job_id: int, gpu_model: str, backends: Sequence[s
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
+def bind_and_mark(session: Session, job_id: int, gpu_model: str, backends: Sequence[str],
+                  now: datetime) -> bool:
+    """:func:`bind_job`, and :func:`mark_due` the job if it was bound: on Postgres in one
+    statement (the update's row feeds the mark's insert)."""
+    if session.get_bind().dialect.name != "postgresql":
+        bound = bind_job(session, job_id, gpu_model, backends, now)
+        if bound:
+            mark_due(session, [job_id])
+        return bound
+    bound_ids = (update(JobRow)
+                 .where(JobRow.id == job_id, JobRow.bound_gpu.is_(None),
+                        JobRow.status == JobStatus.QUEUED.value)
+                 .values(bound_gpu=gpu_model, bound_backends=list(backends),
+                         status=JobStatus.RUNNING.value, started_at=now)
+                 .returning(JobRow.id).cte("bound"))
+    marked = session.execute(insert(PlanMarkRow).from_select(["job_id"], select(bound_ids.c.id))
+                             .returning(PlanMarkRow.job_id)).all()
+    return bool(marked)
+
+
 def mark_exhausted(session: Session, job_id: int, tier: str) -> None:
     """Record that the custom search ran out of configurations in ``tier`` for this job."""
     row = session.get(JobRow, job_id)

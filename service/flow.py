@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -104,6 +105,9 @@ class Flow:
         self.agent = AgentLoop(database, settings, tuners, clock)
         #: requests mark jobs for the planner rather than plan them (``service.planner``)
         self.background = settings.planning == "background"
+        #: problems by id, read once per process: a problem's row never changes once stored
+        self._problems: dict[int, Problem] = {}
+        self._problems_lock = threading.Lock()
 
     def close(self) -> None:
         """Release the database connections and the tuners of this process."""
@@ -289,7 +293,7 @@ class Flow:
                                                token_name=worker.token_name)
             if got:
                 cands.create_lease(s, lease_id, worker_id, now, expires)
-            problems = jobs.problems_of(s, [c.problem_id for c in got])
+            problems = self._problems_of(s, [c.problem_id for c in got])
             if len(got) < max_candidates:
                 self._bind_next(s, device, now)
         if not got:
@@ -297,6 +301,21 @@ class Flow:
         return LeaseGrant(lease_id, expires, self.settings.lease_seconds,
                           [Candidate(problems[c.problem_id], c.backend, c.config, c.id, c.task)
                            for c in got], [c.attempts for c in got])
+
+    def _problems_of(self, s: Session, problem_ids: Sequence[int]) -> dict[int, Problem]:
+        """The problems of ``problem_ids``, read only where this process has not read them
+        before (a lease's candidates are mostly of problems an earlier lease handed out)."""
+        with self._problems_lock:
+            known = {i: self._problems[i] for i in problem_ids if i in self._problems}
+        missing = sorted(set(problem_ids) - known.keys())
+        if missing:
+            read = jobs.problems_of(s, missing)
+            known.update(read)
+            with self._problems_lock:
+                if len(self._problems) + len(read) > _KEPT_PROBLEMS:
+                    self._problems.clear()
+                self._problems.update(read)
+        return known
 
     def _bind_next(self, s: Session, device: Device, now: datetime) -> None:
         """Bind the oldest queued job that ``device`` can run to its GPU model and mark it for
@@ -308,8 +327,7 @@ class Flow:
                 if not self._fits(job, device):
                     continue
                 backends = [b for b in job.backends if b in device.backends]
-                if jobs.bind_job(s, job.id, device.gpu_model, backends, now):
-                    jobs.mark_due(s, [job.id])
+                if jobs.bind_and_mark(s, job.id, device.gpu_model, backends, now):
                     return
             if len(page) < size:
                 return
@@ -581,3 +599,5 @@ def _taken(name: str) -> Forbidden:
 #: Eligible jobs a lease reads at a time (``Flow._eligible``), and the first page of the
 #: unbound jobs a background lease reads to bind one (``Flow._bind_next``).
 _PAGE, _FIRST_PAGE = 32, 4
+#: Problems a process keeps parsed for its leases (``Flow._problems_of``), a few KB each.
+_KEPT_PROBLEMS = 10_000

@@ -129,3 +129,22 @@ def test_the_generation_comes_with_its_problem(database: Database) -> None:
                                      worker_id, NOW)
     with database.reads() as s:
         assert (generations.of_problem(s, key) or (0, 0))[1] == (before or (0, 0))[1] + 1
+
+
+def test_bind_and_mark_binds_a_queued_job_once(database: Database) -> None:
+    """The job is bound and marked for the planner in one step (one statement on Postgres);
+    a job bound already is neither bound again nor marked."""
+    with database.session() as s:
+        p = jobs.get_or_create_problem(s, GemmProblem(1, 2, 3), NOW)
+        job = jobs.create_job(s, p, max_trials=4, max_seconds=None, backends=["triton"],
+                              target_gpu=None, seed=0, now=NOW)
+    with database.session() as s:
+        assert jobs.bind_and_mark(s, job.id, "G", ["triton"], NOW)
+    with database.session() as s:
+        assert jobs.claim_due(s, 10) == [job.id]
+        assert not jobs.bind_and_mark(s, job.id, "H", ["triton"], NOW)
+    with database.read_session() as s:
+        bound = jobs.get_job(s, job.id)
+        assert not jobs.is_marked(s, job.id)
+    assert bound is not None and bound.status == "running" and bound.bound_gpu == "G"
+    assert bound.bound_backends == ("triton",) and bound.started_at == NOW

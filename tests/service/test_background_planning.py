@@ -327,3 +327,31 @@ def test_a_report_reads_and_writes_its_results_together(
         assert len(out["accepted"]) == n
         counts.append(len(statements))
     assert counts[0] == counts[1]
+
+
+def test_a_lease_reads_a_problem_once_per_process(
+        app: FastAPI, driver: Any, planning: Planning) -> None:
+    """A lease hands out and marks its candidates in one statement; the problems of what it
+    hands out are read once by a process (a problem's row never changes)."""
+    driver.submit({"max_trials": 8})
+    w = driver.register()
+    driver.lease(w)
+    planning.drain()
+    engine = app.state.flow.db.engine
+    reads = []
+    for _ in range(2):
+        statements: list[str] = []
+
+        def count(*args: Any, statements: list[str] = statements, **kwargs: Any) -> None:
+            statements.append(args[2])
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            grant = driver.lease(w, n=1)
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+        assert len(grant["candidates"]) == 1
+        assert grant["candidates"][0]["problem"]["m"] == driver.PROBLEM["m"]
+        assert sum(1 for q in statements if q.lstrip().startswith("UPDATE candidates")) == 1
+        reads.append(sum(1 for q in statements if "FROM problems" in q
+                         and "JOIN" not in q))
+    assert reads == [1, 0]
