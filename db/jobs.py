@@ -68,7 +68,10 @@ def create_job(session: Session, problem: ProblemRecord, *, max_trials: int | No
                  created_at=now, policy=dict(policy or {}), stage=None, exhausted_tiers=[])
     session.add(row)
     session.flush()
-    return get_job(session, row.id)  # type: ignore[return-value]
+    # the problem's row is in the session (read or added by get_or_create_problem): no query
+    stored = session.get(ProblemRow, problem.id)
+    assert stored is not None
+    return JobRecord.of(row, stored)
 
 
 def count_active(session: Session, owner: str | None = None) -> int:

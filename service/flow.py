@@ -141,17 +141,19 @@ class Flow:
                 f"{self.settings.max_problem_bytes}"))
         now = self.clock()
         with self.db.session() as s:
+            record = jobs.get_or_create_problem(s, problem, now)
+            # a job stored just now is queued: it waits for a worker of its GPU model, if any
+            waiting = self._no_worker(s, gpu, now)
+            # the lock is held to the commit: only the count and the insert run under it
             jobs.lock_submissions(s)
             self._check_queue(s, owner)
-            record = jobs.get_or_create_problem(s, problem, now)
             job = jobs.create_job(s, record, max_trials=max_trials, max_seconds=max_seconds,
                                   backends=list(dict.fromkeys(backends)), target_gpu=gpu,
                                   seed=seed or 0, now=now,
                                   policy=(policy or Policy()).to_dict(), owner=owner)
             # what job_state would read back: a job stored just now has no candidate,
             # measurement, held result or decision yet, only a reason to wait
-            return JobState(job, JobCounts(), None, None, None, now,
-                            waiting=self._waiting(s, job, now))
+            return JobState(job, JobCounts(), None, None, None, now, waiting=waiting)
 
     def _check_queue(self, s: Session, owner: str | None) -> None:
         limit, retry = self.settings.max_queued_jobs, QUEUE_RETRY_AFTER_S
@@ -500,7 +502,11 @@ class Flow:
             return self._rechecking(s, job)
         if job.status != JobStatus.QUEUED:
             return None
-        model = job.target_gpu
+        return self._no_worker(s, job.target_gpu, now)
+
+    def _no_worker(self, s: Session, model: str | None, now: datetime) -> str | None:
+        """Why a queued job for GPU model ``model`` (None: any) waits: no worker of it has
+        registered, or none has been seen within a lease."""
         who = f"GPU model {model!r}" if model else "any GPU model"
         worker = workers.latest_of_model(s, model)
         if worker is None:
