@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
@@ -34,7 +34,7 @@ def with_problem(session: Session, key: str
                  ) -> tuple[ProblemRecord, Generation] | None:
     """The problem with canonical ``key`` and its generation, in one query (None: no such
     problem)."""
-    row = session.execute(statement(key, problem=True)).first()
+    row = session.execute(_WITH_PROBLEM, {"key": key}).first()
     if row is None:
         return None
     return ProblemRecord.of(row[0]), (int(row[1]), int(row[2]), int(row[3]), int(row[4]))
@@ -59,3 +59,7 @@ def statement(key: Any, *, many: bool = False, problem: bool = False) -> Select[
         return (select(ProblemRow.key, ProblemRow.id, measured, failed, decided)
                 .where(ProblemRow.key == func.any(key)))
     return select(ProblemRow.id, measured, failed, decided).where(ProblemRow.key == key)
+
+
+#: :func:`with_problem`'s statement, built once (building one costs more than running it).
+_WITH_PROBLEM = statement(bindparam("key"), problem=True)

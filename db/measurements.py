@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, case, func, insert, literal, select, union_all
+from sqlalchemy import Select, bindparam, case, func, insert, literal, select, union_all
 from sqlalchemy.orm import Session
 
 from db import summaries
@@ -138,25 +139,42 @@ def problem_bests(session: Session, problem_id: int, gpu_model: str,
                   backends: tuple[str, ...], *, exact: bool = False
                   ) -> tuple[MeasurementRecord | None, MeasurementRecord | None]:
     """:func:`problem_best` of any backend and of ``backends``, in one statement."""
-    where = (_M.c.problem_id == problem_id, _M.c.gpu_model == gpu_model)
-    parts = [_fastest_stmt(*where, backend=b, exact=exact).add_columns(
-                 literal(n).label("part")).subquery()
-             for n, b in enumerate((None, backends))]
     found: dict[int, MeasurementRecord] = {}
-    for row in session.execute(union_all(*(select(p) for p in parts))):
+    rows = session.execute(_bests_statement(exact), {"problem_id": problem_id,
+                                                     "gpu_model": gpu_model,
+                                                     "backends": list(backends)})
+    for row in rows:
         found[int(row.part)] = MeasurementRecord.of(row)  # type: ignore[arg-type]
     return found.get(0), found.get(1)
+
+
+@functools.cache
+def _bests_statement(exact: bool) -> Any:
+    """:func:`problem_bests`'s statement, built once (a union's structure is costly to build
+    and to read results by, each time)."""
+    where = (_M.c.problem_id == bindparam("problem_id"),
+             _M.c.gpu_model == bindparam("gpu_model"))
+    every = _fastest_stmt(*where, backend=None, exact=exact)
+    some = _fastest_stmt(*where, _M.c.backend.in_(bindparam("backends", expanding=True)),
+                         backend=None, exact=exact)
+    parts = [stmt.add_columns(literal(n).label("part")).subquery()
+             for n, stmt in enumerate((every, some))]
+    return union_all(*(select(p) for p in parts))
 
 
 def latest_gpu(session: Session, problem_id: int) -> str | None:
     """The GPU model with the most recent ok kernel measurement, real GPUs before the
     interpreter."""
-    return session.scalars(
-        select(MeasurementRow.gpu_model)
-        .where(MeasurementRow.problem_id == problem_id, MeasurementRow.status == _OK, _KERNEL)
-        .order_by(case((MeasurementRow.gpu_model == INTERPRETER_GPU, 1), else_=0),
-                  MeasurementRow.created_at.desc(), MeasurementRow.id.desc())
-        .limit(1)).first()
+    return session.scalars(_LATEST_GPU, {"problem_id": problem_id}).first()
+
+
+#: :func:`latest_gpu`'s statement, built once (building one costs more than running it).
+_LATEST_GPU = (select(MeasurementRow.gpu_model)
+               .where(MeasurementRow.problem_id == bindparam("problem_id"),
+                      MeasurementRow.status == _OK, _KERNEL)
+               .order_by(case((MeasurementRow.gpu_model == INTERPRETER_GPU, 1), else_=0),
+                         MeasurementRow.created_at.desc(), MeasurementRow.id.desc())
+               .limit(1))
 
 
 def list_trials(session: Session, problem_id: int, limit: int, offset: int,
@@ -198,13 +216,15 @@ def of_candidates(session: Session, candidate_ids: list[int]) -> dict[int, Measu
     """The measurement of each candidate that has one (the first, if ever two)."""
     out: dict[int, MeasurementRecord] = {}
     for i in range(0, len(candidate_ids), 500):
-        chunk = candidate_ids[i:i + 500]
-        rows = session.scalars(select(MeasurementRow)
-                               .where(MeasurementRow.candidate_id.in_(chunk))
-                               .order_by(MeasurementRow.id))
+        rows = session.execute(_OF_CANDIDATES, {"ids": candidate_ids[i:i + 500]})
         for row in rows:
-            out.setdefault(int(row.candidate_id), MeasurementRecord.of(row))
+            out.setdefault(int(row.candidate_id), MeasurementRecord.of(row))  # type: ignore[arg-type]
     return out
+
+
+#: :func:`of_candidates`' statement, built once.
+_OF_CANDIDATES = (select(_M).where(_M.c.candidate_id.in_(bindparam("ids", expanding=True)))
+                  .order_by(_M.c.id))
 
 
 def held_of_job(session: Session, job_id: int) -> list[MeasurementRecord]:
