@@ -18,6 +18,7 @@ from search.types import INTERPRETER_GPU, Measurement, Status
 
 _OK = Status.OK.value
 _M = MeasurementRow.__table__
+_INSERT = insert(_M)
 #: Measurements of one kernel, not of a task (calibration, verification).
 _KERNEL = MeasurementRow.task.is_(None)
 
@@ -54,7 +55,7 @@ def add_measurements(session: Session, items: Sequence[Reported]) -> None:
     upsert (``db.summaries.add_many``): what a report of several results writes."""
     if not items:
         return
-    session.execute(insert(_M), [_values(r) for r in items])
+    session.execute(_INSERT, [_values(r) for r in items])
     summaries.add_many(session, [
         summaries.Count(r.candidate.problem_id, r.gpu_model, kernel=r.candidate.task is None,
                         ok=r.measurement.ok, gpu_s=_gpu_s(r.measurement), now=r.now)

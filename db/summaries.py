@@ -8,6 +8,7 @@ migration's backfill, and a bulk load that wrote measurements directly).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,8 +43,9 @@ def add(session: Session, problem_id: int, gpu_model: str, *, kernel: bool, ok: 
 
 
 def add_many(session: Session, counts: Sequence[Count]) -> None:
-    """Count measurements into their totals: one upsert, a row per problem and GPU model,
-    written in key order (two reports that touch the same totals lock them in one order)."""
+    """Count measurements into their totals: one upsert executed for a row per problem and
+    GPU model, in key order (two reports that touch the same totals lock them in one
+    order)."""
     if not counts:
         return
     rows: dict[tuple[int, str], dict[str, Any]] = {}
@@ -57,16 +59,22 @@ def add_many(session: Session, counts: Sequence[Count]) -> None:
         row["first_at"] = min(row["first_at"], c.now)
         row["last_at"] = max(row["last_at"], c.now)
     dialect = session.get_bind().dialect.name
-    module: Any = postgresql if dialect == "postgresql" else sqlite
     if dialect not in ("postgresql", "sqlite"):
         raise NotImplementedError(f"tuning_summaries upsert on {dialect}")
-    stmt = module.insert(_S).values([rows[k] for k in sorted(rows)])
+    session.execute(_upsert(dialect), [rows[k] for k in sorted(rows)])
+
+
+@functools.cache
+def _upsert(dialect: str) -> Any:
+    """:func:`add_many`'s upsert of one row (executed for many), built once per dialect."""
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    stmt = module.insert(_S)
     new = stmt.excluded
-    session.execute(stmt.on_conflict_do_update(
+    return stmt.on_conflict_do_update(
         index_elements=[_S.c.problem_id, _S.c.gpu_model],
         set_={"trials": _S.c.trials + new.trials, "failed": _S.c.failed + new.failed,
               "gpu_s": _S.c.gpu_s + new.gpu_s,
-              "last_at": case((_S.c.last_at < new.last_at, new.last_at), else_=_S.c.last_at)}))
+              "last_at": case((_S.c.last_at < new.last_at, new.last_at), else_=_S.c.last_at)})
 
 
 def released(session: Session, problem_id: int, gpu_model: str) -> None:

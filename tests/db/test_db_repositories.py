@@ -7,10 +7,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import update
 
 from db import candidates, generations, jobs, measurements, workers
 from db.engine import Database
 from db.migrate import upgrade
+from db.models import WorkerRow
 from db.records import CandidateStatus
 from search.kinds.gemm.spec import GemmProblem
 from search.types import Measurement, Status
@@ -148,3 +150,32 @@ def test_bind_and_mark_binds_a_queued_job_once(database: Database) -> None:
         assert not jobs.is_marked(s, job.id)
     assert bound is not None and bound.status == "running" and bound.bound_gpu == "G"
     assert bound.bound_backends == ("triton",) and bound.started_at == NOW
+
+
+def test_lease_of_model_leaves_a_held_result_to_other_identities(database: Database) -> None:
+    """The one-statement lease of a GPU model's queue: a candidate whose result is held goes
+    to no worker of the identity that reported it, nor (with identities) to one of none."""
+    job_id, holder = _job(database, n=2)
+    exp = NOW + timedelta(minutes=1)
+    with database.session() as s:
+        jobs.bind_job(s, job_id, "G", ["triton"], NOW)
+        a2 = workers.register(s, "a2", "G", {"gpu_model": "G"}, NOW, token_name="a").id
+        b1 = workers.register(s, "b1", "G", {"gpu_model": "G"}, NOW, token_name="b").id
+        s.execute(update(WorkerRow).where(WorkerRow.id == holder).values(token_name="a"))
+        held, other = candidates.job_candidates(s, job_id)
+        measurements.add_measurement(s, held, "G", Measurement(Status.HELD, median_us=1.0),
+                                     holder, NOW)
+
+    def lease(worker: int, token: str | None, by_identity: bool = True) -> list[int]:
+        with database.session() as s:
+            got = candidates.lease_pending_of_model(s, "G", ["triton"], 4, f"l{worker}",
+                                                    worker, exp, by_identity=by_identity,
+                                                    token_name=token)
+            s.rollback()
+        return [c.id for c in got]
+
+    assert lease(holder, "a", by_identity=False) == [other.id]
+    assert lease(a2, "a", by_identity=False) == [held.id, other.id]
+    assert lease(a2, "a") == [other.id]
+    assert lease(b1, None) == [other.id]
+    assert lease(b1, "b") == [held.id, other.id]
