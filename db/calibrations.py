@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from db.models import CalibrationRow
@@ -29,11 +30,17 @@ def add_calibration(session: Session, gpu_model: str, bandwidth_gbs: float,
 
 def latest(session: Session, gpu_model: str, *, include_stale: bool = False
            ) -> CalibrationRecord | None:
-    stmt = select(CalibrationRow).where(CalibrationRow.gpu_model == gpu_model)
+    row = session.scalars(_latest(include_stale), {"gpu_model": gpu_model}).first()
+    return CalibrationRecord.of(row) if row is not None else None
+
+
+@functools.cache
+def _latest(include_stale: bool) -> Any:
+    """:func:`latest`'s statement, built once (building one costs more than running it)."""
+    stmt = select(CalibrationRow).where(CalibrationRow.gpu_model == bindparam("gpu_model"))
     if not include_stale:
         stmt = stmt.where(CalibrationRow.stale.is_(False))
-    row = session.scalars(stmt.order_by(CalibrationRow.id.desc()).limit(1)).first()
-    return CalibrationRecord.of(row) if row is not None else None
+    return stmt.order_by(CalibrationRow.id.desc()).limit(1)
 
 
 def list_calibrations(session: Session, gpu_model: str | None = None

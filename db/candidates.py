@@ -7,11 +7,12 @@ serialises writers with ``BEGIN IMMEDIATE`` instead.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, exists, func, or_, select, update
+from sqlalchemy import bindparam, case, exists, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -28,6 +29,9 @@ from db.records import (
     LeaseRecord,
 )
 from search.types import Status, config_key
+
+#: The table, for statements that need no ORM bookkeeping (no identity map to keep in step).
+_C = CandidateRow.__table__
 
 
 def add_candidates(session: Session, job_id: int, problem_id: int, backend: str,
@@ -88,6 +92,19 @@ def get_candidate(session: Session, candidate_id: int, *, lock: bool = False
     return CandidateRecord.of(row) if row is not None else None
 
 
+def lock_candidates(session: Session, ids: Sequence[int]) -> dict[int, CandidateRecord]:
+    """The candidates of ``ids`` that exist, read in one statement with their rows locked in id
+    order (two transactions locking overlapping sets never wait on each other in a circle)."""
+    if not ids:
+        return {}
+    rows = session.execute(_LOCK, {"ids": sorted(set(ids))})
+    return {int(r.id): CandidateRecord.of(r) for r in rows}  # type: ignore[arg-type]
+
+
+_LOCK = (select(*_C.c).where(_C.c.id.in_(bindparam("ids", expanding=True)))
+         .order_by(_C.c.id).with_for_update())
+
+
 def job_candidates(session: Session, job_id: int) -> list[CandidateRecord]:
     rows = session.scalars(select(CandidateRow).where(CandidateRow.job_id == job_id)
                            .order_by(CandidateRow.id))
@@ -98,6 +115,18 @@ def finish_candidate(session: Session, candidate_id: int, status: CandidateStatu
                      reason: str | None = None) -> None:
     session.execute(update(CandidateRow).where(CandidateRow.id == candidate_id)
                     .values(status=status.value, failure_reason=reason))
+
+
+def finish_candidates(session: Session,
+                      finished: Sequence[tuple[int, CandidateStatus, str | None]]) -> None:
+    """Set each ``(candidate id, status, reason)``, in one statement (executed for many)."""
+    if finished:
+        session.execute(_FINISH, [{"cid": i, "new_status": st.value, "reason": r}
+                                  for i, st, r in finished])
+
+
+_FINISH = (update(_C).where(_C.c.id == bindparam("cid"))
+           .values(status=bindparam("new_status"), failure_reason=bindparam("reason")))
 
 
 def requeue_for_recheck(session: Session, candidate_id: int) -> None:
@@ -141,13 +170,7 @@ def expire_stale(session: Session, now: datetime, max_attempts: int) -> list[Exp
     Each goes back to ``pending`` with one more attempt, or to ``failed`` once it has expired
     ``max_attempts`` times, or to ``cancelled`` when its job is no longer active.
     """
-    rows = session.execute(
-        select(CandidateRow, JobRow.status)
-        .join(JobRow, JobRow.id == CandidateRow.job_id)
-        .where(CandidateRow.status == CandidateStatus.LEASED.value,
-               CandidateRow.lease_expires_at < now)
-        .order_by(CandidateRow.id)
-        .with_for_update(of=CandidateRow, skip_locked=True)).all()
+    rows = session.execute(_EXPIRED, {"now": now}).all()
     out: list[Expired] = []
     for row, job_status in rows:
         row.attempts += 1
@@ -165,6 +188,15 @@ def expire_stale(session: Session, now: datetime, max_attempts: int) -> list[Exp
         out.append(Expired(CandidateRecord.of(row), row.status))
     session.flush()
     return out
+
+
+#: :func:`expire_stale`'s statement, built once (building one costs more than running it).
+_EXPIRED = (select(CandidateRow, JobRow.status)
+            .join(JobRow, JobRow.id == CandidateRow.job_id)
+            .where(CandidateRow.status == CandidateStatus.LEASED.value,
+                   CandidateRow.lease_expires_at < bindparam("now"))
+            .order_by(CandidateRow.id)
+            .with_for_update(of=CandidateRow, skip_locked=True))
 
 
 def lease_pending(session: Session, job_id: int, backends: Sequence[str], limit: int,
@@ -195,25 +227,44 @@ def lease_pending_of_model(session: Session, gpu_model: str, backends: Sequence[
     """Lease up to ``limit`` pending candidates of the running jobs bound to ``gpu_model``, in
     one statement: the oldest job's first, and in a job its tasks and library candidates
     before custom trials (as ``lease_pending``). Used when requests do not plan
-    (``KS_PLANNING=background``): the queue is read by an index, not job by job."""
+    (``KS_PLANNING=background``): the queue is read by an index, not job by job, and the rows
+    picked (``FOR UPDATE SKIP LOCKED`` on Postgres) are marked leased by the same
+    statement."""
     if limit <= 0:
         return []
-    rows = list(session.scalars(
-        select(CandidateRow)
-        .join(JobRow, JobRow.id == CandidateRow.job_id)
-        .where(JobRow.status == JobStatus.RUNNING.value, JobRow.bound_gpu == gpu_model,
-               CandidateRow.status == CandidateStatus.PENDING.value,
-               or_(CandidateRow.backend.in_(list(backends)), CandidateRow.task.is_not(None)),
-               _not_held_by(worker_id, by_identity, token_name))
-        .order_by(CandidateRow.job_id, case((CandidateRow.tier.is_(None), 0), else_=1),
-                  CandidateRow.id)
-        .limit(limit)
-        .with_for_update(skip_locked=True, of=CandidateRow)))
-    return _hand_out(session, rows, lease_id, worker_id, expires_at)
+    rows = session.execute(
+        _lease_of_model(by_identity, token_name is None),
+        {"gpu_model": gpu_model, "backends": list(backends), "limit": limit,
+         "to_lease": lease_id, "to_expire": expires_at, "to_worker": worker_id,
+         "token": token_name}).all()
+    got = [CandidateRecord.of(r) for r in rows]  # type: ignore[arg-type]
+    return sorted(got, key=lambda c: (c.job_id, c.tier is not None, c.id))
 
 
-def _not_held_by(worker_id: int, by_identity: bool = False, token_name: str | None = None
-                 ) -> Any:
+@functools.cache
+def _lease_of_model(by_identity: bool, no_token: bool) -> Any:
+    """:func:`lease_pending_of_model`'s statement, built once per kind of identity check."""
+    first = (CandidateRow.job_id, case((CandidateRow.tier.is_(None), 0), else_=1),
+             CandidateRow.id)
+    picked = (select(CandidateRow.id)
+              .join(JobRow, JobRow.id == CandidateRow.job_id)
+              .where(JobRow.status == JobStatus.RUNNING.value,
+                     JobRow.bound_gpu == bindparam("gpu_model"),
+                     CandidateRow.status == CandidateStatus.PENDING.value,
+                     or_(CandidateRow.backend.in_(bindparam("backends", expanding=True)),
+                         CandidateRow.task.is_not(None)),
+                     _not_held_by(bindparam("to_worker"), by_identity,
+                                  None if no_token else bindparam("token")))
+              .order_by(*first).limit(bindparam("limit"))
+              .with_for_update(skip_locked=True, of=CandidateRow))
+    return (update(_C).where(_C.c.id.in_(picked.scalar_subquery()))
+            .values(status=CandidateStatus.LEASED.value, lease_id=bindparam("to_lease"),
+                    lease_expires_at=bindparam("to_expire"),
+                    worker_id=bindparam("to_worker"))
+            .returning(*_C.c))
+
+
+def _not_held_by(worker_id: Any, by_identity: bool = False, token_name: Any = None) -> Any:
     """Not a candidate whose result this worker reported held (another worker re-checks it);
     with ``by_identity`` (more than one worker token), not one whose held result came from a
     worker of the leasing worker's token identity ``token_name`` or of none recorded (a worker
@@ -244,10 +295,12 @@ def _hand_out(session: Session, rows: list[CandidateRow], lease_id: str, worker_
 
 def create_lease(session: Session, lease_id: str, worker_id: int, now: datetime,
                  expires_at: datetime) -> LeaseRecord:
-    row = LeaseRow(id=lease_id, worker_id=worker_id, created_at=now, expires_at=expires_at)
-    session.add(row)
-    session.flush()
-    return LeaseRecord.of(row)
+    session.execute(_ADD_LEASE, {"id": lease_id, "worker_id": worker_id, "created_at": now,
+                                 "expires_at": expires_at})
+    return LeaseRecord(lease_id, worker_id, now, expires_at)
+
+
+_ADD_LEASE = insert(LeaseRow.__table__)
 
 
 def get_lease(session: Session, lease_id: str) -> LeaseRecord | None:

@@ -3,10 +3,11 @@ the history (a new decision supersedes the previous one, which is kept)."""
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from db import measurements
@@ -44,12 +45,21 @@ def add_decision(session: Session, *, problem_id: int, job_id: int | None, gpu_m
 def current(session: Session, problem_id: int, gpu_model: str | None = None
             ) -> DecisionRecord | None:
     """The decision in force for the problem (on ``gpu_model``, else the newest on any)."""
-    stmt = select(DecisionRow).where(DecisionRow.problem_id == problem_id,
-                                     DecisionRow.superseded_at.is_(None))
+    params: dict[str, Any] = {"problem_id": problem_id}
     if gpu_model is not None:
-        stmt = stmt.where(DecisionRow.gpu_model == gpu_model)
-    row = session.scalars(stmt.order_by(DecisionRow.id.desc()).limit(1)).first()
+        params["gpu_model"] = gpu_model
+    row = session.scalars(_current(gpu_model is not None), params).first()
     return DecisionRecord.of(row) if row is not None else None
+
+
+@functools.cache
+def _current(on_gpu: bool) -> Any:
+    """:func:`current`'s statement, built once (``on_gpu``: of one GPU model)."""
+    stmt = select(DecisionRow).where(DecisionRow.problem_id == bindparam("problem_id"),
+                                     DecisionRow.superseded_at.is_(None))
+    if on_gpu:
+        stmt = stmt.where(DecisionRow.gpu_model == bindparam("gpu_model"))
+    return stmt.order_by(DecisionRow.id.desc()).limit(1)
 
 
 def of_job(session: Session, job_id: int) -> DecisionRecord | None:

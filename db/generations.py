@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from db.models import DecisionRow, ProblemRow, SummaryRow
+from db.records import ProblemRecord
 
 #: ``(problem id, kernel measurements stored, those not ok, decisions stored)``
 Generation = tuple[int, int, int, int]
@@ -29,18 +30,36 @@ def of_problem(session: Session | Connection, key: str) -> Generation | None:
     return (int(row[0]), int(row[1]), int(row[2]), int(row[3])) if row is not None else None
 
 
-def statement(key: Any, *, many: bool = False) -> Select[Any]:
+def with_problem(session: Session, key: str
+                 ) -> tuple[ProblemRecord, Generation] | None:
+    """The problem with canonical ``key`` and its generation, in one query (None: no such
+    problem)."""
+    row = session.execute(_WITH_PROBLEM, {"key": key}).first()
+    if row is None:
+        return None
+    return ProblemRecord.of(row[0]), (int(row[1]), int(row[2]), int(row[3]), int(row[4]))
+
+
+def statement(key: Any, *, many: bool = False, problem: bool = False) -> Select[Any]:
     """The query of :func:`of_problem` (``key``: the key, or a ``bindparam``): its rows are
     ``(problem id, measured, failed, decided)``. ``many``: ``key`` is a list (an array
     parameter) and each row starts with the problem's key (``service.best_fast`` runs it
-    compiled, for the questions of many requests at once)."""
+    compiled, for the questions of many requests at once); ``problem``: each row starts with
+    the problem's row (:func:`with_problem`)."""
     measured = (select(func.coalesce(func.sum(SummaryRow.trials), 0))
                 .where(SummaryRow.problem_id == ProblemRow.id).scalar_subquery())
     failed = (select(func.coalesce(func.sum(SummaryRow.failed), 0))
               .where(SummaryRow.problem_id == ProblemRow.id).scalar_subquery())
     decided = (select(func.count()).select_from(DecisionRow)
                .where(DecisionRow.problem_id == ProblemRow.id).scalar_subquery())
+    if problem:
+        return select(ProblemRow, ProblemRow.id, measured, failed, decided).where(
+            ProblemRow.key == key)
     if many:
         return (select(ProblemRow.key, ProblemRow.id, measured, failed, decided)
                 .where(ProblemRow.key == func.any(key)))
     return select(ProblemRow.id, measured, failed, decided).where(ProblemRow.key == key)
+
+
+#: :func:`with_problem`'s statement, built once (building one costs more than running it).
+_WITH_PROBLEM = statement(bindparam("key"), problem=True)

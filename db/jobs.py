@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, exists, func, insert, or_, select, text, update
+from sqlalchemy import bindparam, delete, exists, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -68,15 +69,22 @@ def create_job(session: Session, problem: ProblemRecord, *, max_trials: int | No
                  created_at=now, policy=dict(policy or {}), stage=None, exhausted_tiers=[])
     session.add(row)
     session.flush()
-    return get_job(session, row.id)  # type: ignore[return-value]
+    # the problem's row is in the session (read or added by get_or_create_problem): no query
+    stored = session.get(ProblemRow, problem.id)
+    assert stored is not None
+    return JobRecord.of(row, stored)
 
 
 def count_active(session: Session, owner: str | None = None) -> int:
     """Queued or running jobs, in all or of one ``owner``."""
-    stmt = select(func.count()).select_from(JobRow).where(JobRow.status.in_(ACTIVE_JOB))
-    if owner is not None:
-        stmt = stmt.where(JobRow.owner == owner)
-    return int(session.scalar(stmt) or 0)
+    if owner is None:
+        return int(session.scalar(_COUNT_ACTIVE) or 0)
+    return int(session.scalar(_COUNT_ACTIVE.where(JobRow.owner == owner)) or 0)
+
+
+#: :func:`count_active`'s statement (a submission's), built once.
+_COUNT_ACTIVE = (select(func.count()).select_from(JobRow)
+                 .where(JobRow.status.in_(ACTIVE_JOB)))
 
 
 def lock_submissions(session: Session) -> None:
@@ -109,6 +117,18 @@ def get_job(session: Session, job_id: int, *, lock: bool = False) -> JobRecord |
     if row is None:
         return None
     return JobRecord.of(row[0], row[1])
+
+
+def get_jobs(session: Session, job_ids: Sequence[int]) -> dict[int, JobRecord]:
+    """The jobs of ``job_ids`` that exist, in one query."""
+    if not job_ids:
+        return {}
+    rows = session.execute(_GET_JOBS, {"ids": sorted(set(job_ids))}).all()
+    return {j.id: JobRecord.of(j, p) for j, p in rows}
+
+
+_GET_JOBS = (select(JobRow, ProblemRow).join(ProblemRow, ProblemRow.id == JobRow.problem_id)
+             .where(JobRow.id.in_(bindparam("ids", expanding=True))))
 
 
 def list_jobs(session: Session, limit: int, offset: int) -> tuple[list[JobRecord], int]:
@@ -145,6 +165,41 @@ def bind_job(session: Session, job_id: int, gpu_model: str, backends: Sequence[s
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
+def bind_and_mark(session: Session, job_id: int, gpu_model: str, backends: Sequence[str],
+                  now: datetime) -> bool:
+    """:func:`bind_job`, and :func:`mark_due` the job if it was bound: on Postgres in one
+    statement (the update's row feeds the mark's insert)."""
+    if session.get_bind().dialect.name != "postgresql":
+        bound = bind_job(session, job_id, gpu_model, backends, now)
+        if bound:
+            mark_due(session, [job_id])
+        return bound
+    marked = session.execute(_BIND_AND_MARK, {"job": job_id, "gpu": gpu_model,
+                                              "with_backends": list(backends),
+                                              "at": now}).all()
+    return bool(marked)
+
+
+_J = JobRow.__table__
+
+
+def _bind_and_mark() -> Any:
+    bound = (update(_J)
+             .where(_J.c.id == bindparam("job"), _J.c.bound_gpu.is_(None),
+                    _J.c.status == JobStatus.QUEUED.value)
+             .values(bound_gpu=bindparam("gpu"),
+                     bound_backends=bindparam("with_backends", type_=_J.c.bound_backends.type),
+                     status=JobStatus.RUNNING.value,
+                     started_at=bindparam("at", type_=_J.c.started_at.type))
+             .returning(_J.c.id).cte("bound"))
+    marks = PlanMarkRow.__table__
+    return insert(marks).from_select(["job_id"], select(bound.c.id)).returning(marks.c.job_id)
+
+
+#: :func:`bind_and_mark`'s statement on Postgres, built once.
+_BIND_AND_MARK = _bind_and_mark()
+
+
 def mark_exhausted(session: Session, job_id: int, tier: str) -> None:
     """Record that the custom search ran out of configurations in ``tier`` for this job."""
     row = session.get(JobRow, job_id)
@@ -177,7 +232,10 @@ def mark_due(session: Session, job_ids: Sequence[int]) -> None:
     so it never waits for a planner holding the job's row."""
     ids = sorted(set(job_ids))
     if ids:
-        session.execute(insert(PlanMarkRow), [{"job_id": j} for j in ids])
+        session.execute(_MARK, [{"job_id": j} for j in ids])
+
+
+_MARK = insert(PlanMarkRow.__table__)
 
 
 def claim_due(session: Session, limit: int) -> list[int]:
@@ -227,15 +285,22 @@ def unbound_jobs(session: Session, gpu_model: str, *, after: int = 0, limit: int
     first, after job ``after``. ``lock``: row-locked, passing over the rows another
     transaction holds (``SKIP LOCKED``), so that leases binding jobs at once each take
     another job instead of queueing on the oldest one's lock."""
+    rows = session.execute(_unbound(lock), {"gpu_model": gpu_model, "after": after,
+                                            "limit": limit}).all()
+    return [JobRecord.of(j, p) for j, p in rows]
+
+
+@functools.cache
+def _unbound(lock: bool) -> Any:
+    """:func:`unbound_jobs`' statement, built once (building one costs more than running
+    it)."""
     stmt = (select(JobRow, ProblemRow).join(ProblemRow, ProblemRow.id == JobRow.problem_id)
             .where(JobRow.status == JobStatus.QUEUED.value, JobRow.bound_gpu.is_(None),
-                   JobRow.id > after,
-                   or_(JobRow.target_gpu.is_(None), JobRow.target_gpu == gpu_model))
-            .order_by(JobRow.id).limit(limit))
-    if lock:
-        stmt = stmt.with_for_update(of=JobRow, skip_locked=True)
-    rows = session.execute(stmt).all()
-    return [JobRecord.of(j, p) for j, p in rows]
+                   JobRow.id > bindparam("after"),
+                   or_(JobRow.target_gpu.is_(None),
+                       JobRow.target_gpu == bindparam("gpu_model")))
+            .order_by(JobRow.id).limit(bindparam("limit")))
+    return stmt.with_for_update(of=JobRow, skip_locked=True) if lock else stmt
 
 
 def running_idle(session: Session) -> list[int]:

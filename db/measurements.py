@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import Select, bindparam, case, func, insert, literal, select, union_all
 from sqlalchemy.orm import Session
 
 from db import summaries
@@ -14,6 +17,8 @@ from db.records import CandidateRecord, MeasurementRecord
 from search.types import INTERPRETER_GPU, Measurement, Status
 
 _OK = Status.OK.value
+_M = MeasurementRow.__table__
+_INSERT = insert(_M)
 #: Measurements of one kernel, not of a task (calibration, verification).
 _KERNEL = MeasurementRow.task.is_(None)
 
@@ -23,21 +28,53 @@ def add_measurement(session: Session, candidate: CandidateRecord, gpu_model: str
                     now: datetime, precision: str | None = None) -> MeasurementRecord:
     """Store ``measurement`` of ``candidate``; ``precision``: what the kernel computes in when
     below the problem's input precision (``ProblemKind.precision_of``)."""
-    m = measurement
-    row = MeasurementRow(
-        candidate_id=candidate.id, job_id=candidate.job_id, problem_id=candidate.problem_id,
-        gpu_model=gpu_model, backend=candidate.backend, task=candidate.task,
-        config=dict(candidate.config),
-        config_key=candidate.config_key, status=str(m.status), median_us=m.median_us,
-        p20_us=m.p20_us, p80_us=m.p80_us, reps=m.reps, rel_error=m.rel_error,
-        compile_s=m.compile_s, bench_s=m.bench_s, error=m.error, env=dict(m.env),
-        extra=dict(m.extra) or None, worker_id=worker_id, created_at=now,
-        precision=precision)
+    row = MeasurementRow(**_values(Reported(candidate, gpu_model, measurement, worker_id, now,
+                                            precision)))
     session.add(row)
     session.flush()
     summaries.add(session, candidate.problem_id, gpu_model, kernel=candidate.task is None,
-                  ok=m.ok, gpu_s=float(m.compile_s or 0.0) + float(m.bench_s or 0.0), now=now)
+                  ok=measurement.ok, gpu_s=_gpu_s(measurement), now=now)
     return MeasurementRecord.of(row)
+
+
+@dataclass(frozen=True)
+class Reported:
+    """A measurement to store with :func:`add_measurements` (as :func:`add_measurement`'s
+    arguments)."""
+
+    candidate: CandidateRecord
+    gpu_model: str
+    measurement: Measurement
+    worker_id: int | None
+    now: datetime
+    precision: str | None = None
+
+
+def add_measurements(session: Session, items: Sequence[Reported]) -> None:
+    """Store several measurements in one statement and count them into their totals with one
+    upsert (``db.summaries.add_many``): what a report of several results writes."""
+    if not items:
+        return
+    session.execute(_INSERT, [_values(r) for r in items])
+    summaries.add_many(session, [
+        summaries.Count(r.candidate.problem_id, r.gpu_model, kernel=r.candidate.task is None,
+                        ok=r.measurement.ok, gpu_s=_gpu_s(r.measurement), now=r.now)
+        for r in items])
+
+
+def _values(r: Reported) -> dict[str, Any]:
+    c, m = r.candidate, r.measurement
+    return {"candidate_id": c.id, "job_id": c.job_id, "problem_id": c.problem_id,
+            "gpu_model": r.gpu_model, "backend": c.backend, "task": c.task,
+            "config": dict(c.config), "config_key": c.config_key, "status": str(m.status),
+            "median_us": m.median_us, "p20_us": m.p20_us, "p80_us": m.p80_us, "reps": m.reps,
+            "rel_error": m.rel_error, "compile_s": m.compile_s, "bench_s": m.bench_s,
+            "error": m.error, "env": dict(m.env), "extra": dict(m.extra) or None,
+            "worker_id": r.worker_id, "created_at": r.now, "precision": r.precision}
+
+
+def _gpu_s(m: Measurement) -> float:
+    return float(m.compile_s or 0.0) + float(m.bench_s or 0.0)
 
 
 def find_known(session: Session, problem_id: int, gpu_model: str, backend: str,
@@ -65,19 +102,23 @@ def built_ops(session: Session, problem_id: int, gpu_model: str, backend: str) -
     return {str(c["op"]) for c in rows if isinstance(c, dict) and "op" in c}
 
 
+def _fastest_stmt(*where: Any, backend: str | tuple[str, ...] | None,
+                  exact: bool = False) -> Select[Any]:
+    stmt = select(_M).where(*where, _M.c.status == _OK, _M.c.median_us.is_not(None),
+                            _M.c.task.is_(None))
+    if exact:
+        stmt = stmt.where(_M.c.precision.is_(None))
+    if isinstance(backend, str):
+        stmt = stmt.where(_M.c.backend == backend)
+    elif backend is not None:
+        stmt = stmt.where(_M.c.backend.in_(backend))
+    return stmt.order_by(_M.c.median_us, _M.c.id).limit(1)
+
+
 def _fastest(session: Session, *where: Any, backend: str | tuple[str, ...] | None,
              exact: bool = False) -> MeasurementRecord | None:
-    stmt = select(MeasurementRow).where(*where, MeasurementRow.status == _OK,
-                                        MeasurementRow.median_us.is_not(None), _KERNEL)
-    if exact:
-        stmt = stmt.where(MeasurementRow.precision.is_(None))
-    if isinstance(backend, str):
-        stmt = stmt.where(MeasurementRow.backend == backend)
-    elif backend is not None:
-        stmt = stmt.where(MeasurementRow.backend.in_(backend))
-    row = session.scalars(stmt.order_by(MeasurementRow.median_us, MeasurementRow.id)
-                          .limit(1)).first()
-    return MeasurementRecord.of(row) if row is not None else None
+    row = session.execute(_fastest_stmt(*where, backend=backend, exact=exact)).first()
+    return MeasurementRecord.of(row) if row is not None else None  # type: ignore[arg-type]
 
 
 def job_best(session: Session, job_id: int, backend: str | tuple[str, ...] | None = None
@@ -95,15 +136,46 @@ def problem_best(session: Session, problem_id: int, gpu_model: str,
                     MeasurementRow.gpu_model == gpu_model, backend=backend, exact=exact)
 
 
+def problem_bests(session: Session, problem_id: int, gpu_model: str,
+                  backends: tuple[str, ...], *, exact: bool = False
+                  ) -> tuple[MeasurementRecord | None, MeasurementRecord | None]:
+    """:func:`problem_best` of any backend and of ``backends``, in one statement."""
+    found: dict[int, MeasurementRecord] = {}
+    rows = session.execute(_bests_statement(exact), {"problem_id": problem_id,
+                                                     "gpu_model": gpu_model,
+                                                     "backends": list(backends)})
+    for row in rows:
+        found[int(row.part)] = MeasurementRecord.of(row)  # type: ignore[arg-type]
+    return found.get(0), found.get(1)
+
+
+@functools.cache
+def _bests_statement(exact: bool) -> Any:
+    """:func:`problem_bests`'s statement, built once (a union's structure is costly to build
+    and to read results by, each time)."""
+    where = (_M.c.problem_id == bindparam("problem_id"),
+             _M.c.gpu_model == bindparam("gpu_model"))
+    every = _fastest_stmt(*where, backend=None, exact=exact)
+    some = _fastest_stmt(*where, _M.c.backend.in_(bindparam("backends", expanding=True)),
+                         backend=None, exact=exact)
+    parts = [stmt.add_columns(literal(n).label("part")).subquery()
+             for n, stmt in enumerate((every, some))]
+    return union_all(*(select(p) for p in parts))
+
+
 def latest_gpu(session: Session, problem_id: int) -> str | None:
     """The GPU model with the most recent ok kernel measurement, real GPUs before the
     interpreter."""
-    return session.scalars(
-        select(MeasurementRow.gpu_model)
-        .where(MeasurementRow.problem_id == problem_id, MeasurementRow.status == _OK, _KERNEL)
-        .order_by(case((MeasurementRow.gpu_model == INTERPRETER_GPU, 1), else_=0),
-                  MeasurementRow.created_at.desc(), MeasurementRow.id.desc())
-        .limit(1)).first()
+    return session.scalars(_LATEST_GPU, {"problem_id": problem_id}).first()
+
+
+#: :func:`latest_gpu`'s statement, built once (building one costs more than running it).
+_LATEST_GPU = (select(MeasurementRow.gpu_model)
+               .where(MeasurementRow.problem_id == bindparam("problem_id"),
+                      MeasurementRow.status == _OK, _KERNEL)
+               .order_by(case((MeasurementRow.gpu_model == INTERPRETER_GPU, 1), else_=0),
+                         MeasurementRow.created_at.desc(), MeasurementRow.id.desc())
+               .limit(1))
 
 
 def list_trials(session: Session, problem_id: int, limit: int, offset: int,
@@ -145,13 +217,15 @@ def of_candidates(session: Session, candidate_ids: list[int]) -> dict[int, Measu
     """The measurement of each candidate that has one (the first, if ever two)."""
     out: dict[int, MeasurementRecord] = {}
     for i in range(0, len(candidate_ids), 500):
-        chunk = candidate_ids[i:i + 500]
-        rows = session.scalars(select(MeasurementRow)
-                               .where(MeasurementRow.candidate_id.in_(chunk))
-                               .order_by(MeasurementRow.id))
+        rows = session.execute(_OF_CANDIDATES, {"ids": candidate_ids[i:i + 500]})
         for row in rows:
-            out.setdefault(int(row.candidate_id), MeasurementRecord.of(row))
+            out.setdefault(int(row.candidate_id), MeasurementRecord.of(row))  # type: ignore[arg-type]
     return out
+
+
+#: :func:`of_candidates`' statement, built once.
+_OF_CANDIDATES = (select(_M).where(_M.c.candidate_id.in_(bindparam("ids", expanding=True)))
+                  .order_by(_M.c.id))
 
 
 def held_of_job(session: Session, job_id: int) -> list[MeasurementRecord]:

@@ -8,6 +8,9 @@ migration's backfill, and a bulk load that wrote measurements directly).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,23 +24,57 @@ from search.types import Status
 _S = SummaryRow.__table__
 
 
+@dataclass(frozen=True)
+class Count:
+    """One measurement as its totals count it (:func:`add_many`)."""
+
+    problem_id: int
+    gpu_model: str
+    kernel: bool  # of a kernel, not a task
+    ok: bool
+    gpu_s: float
+    now: datetime
+
+
 def add(session: Session, problem_id: int, gpu_model: str, *, kernel: bool, ok: bool,
         gpu_s: float, now: datetime) -> None:
     """Count one measurement (``kernel``: of a kernel, not a task) into its totals."""
-    values = {"problem_id": problem_id, "gpu_model": gpu_model, "trials": int(kernel),
-              "failed": int(kernel and not ok), "gpu_s": float(gpu_s), "first_at": now,
-              "last_at": now}
+    add_many(session, [Count(problem_id, gpu_model, kernel, ok, gpu_s, now)])
+
+
+def add_many(session: Session, counts: Sequence[Count]) -> None:
+    """Count measurements into their totals: one upsert executed for a row per problem and
+    GPU model, in key order (two reports that touch the same totals lock them in one
+    order)."""
+    if not counts:
+        return
+    rows: dict[tuple[int, str], dict[str, Any]] = {}
+    for c in counts:
+        row = rows.setdefault((c.problem_id, c.gpu_model), {
+            "problem_id": c.problem_id, "gpu_model": c.gpu_model, "trials": 0, "failed": 0,
+            "gpu_s": 0.0, "first_at": c.now, "last_at": c.now})
+        row["trials"] += int(c.kernel)
+        row["failed"] += int(c.kernel and not c.ok)
+        row["gpu_s"] += float(c.gpu_s)
+        row["first_at"] = min(row["first_at"], c.now)
+        row["last_at"] = max(row["last_at"], c.now)
     dialect = session.get_bind().dialect.name
-    module: Any = postgresql if dialect == "postgresql" else sqlite
     if dialect not in ("postgresql", "sqlite"):
         raise NotImplementedError(f"tuning_summaries upsert on {dialect}")
-    stmt = module.insert(_S).values(**values)
+    session.execute(_upsert(dialect), [rows[k] for k in sorted(rows)])
+
+
+@functools.cache
+def _upsert(dialect: str) -> Any:
+    """:func:`add_many`'s upsert of one row (executed for many), built once per dialect."""
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    stmt = module.insert(_S)
     new = stmt.excluded
-    session.execute(stmt.on_conflict_do_update(
+    return stmt.on_conflict_do_update(
         index_elements=[_S.c.problem_id, _S.c.gpu_model],
         set_={"trials": _S.c.trials + new.trials, "failed": _S.c.failed + new.failed,
               "gpu_s": _S.c.gpu_s + new.gpu_s,
-              "last_at": case((_S.c.last_at < new.last_at, new.last_at), else_=_S.c.last_at)}))
+              "last_at": case((_S.c.last_at < new.last_at, new.last_at), else_=_S.c.last_at)})
 
 
 def released(session: Session, problem_id: int, gpu_model: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -53,11 +53,17 @@ def get_worker(session: Session, worker_id: int) -> WorkerRecord | None:
 def latest_of_model(session: Session, gpu_model: str | None) -> WorkerRecord | None:
     """The most recently seen worker of a GPU model (its device stands for the model); of any
     model when ``gpu_model`` is None."""
-    stmt = select(WorkerRow)
-    if gpu_model is not None:
-        stmt = stmt.where(WorkerRow.gpu_model == gpu_model)
-    row = session.scalars(stmt.order_by(WorkerRow.last_seen.desc()).limit(1)).first()
+    if gpu_model is None:
+        row = session.scalars(_LATEST_OF_ANY).first()
+    else:
+        row = session.scalars(_LATEST_OF_MODEL, {"gpu_model": gpu_model}).first()
     return WorkerRecord.of(row) if row is not None else None
+
+
+#: :func:`latest_of_model`'s statements, built once.
+_LATEST_OF_ANY = select(WorkerRow).order_by(WorkerRow.last_seen.desc()).limit(1)
+_LATEST_OF_MODEL = (select(WorkerRow).where(WorkerRow.gpu_model == bindparam("gpu_model"))
+                    .order_by(WorkerRow.last_seen.desc()).limit(1))
 
 
 def touch(session: Session, worker_id: int, now: datetime) -> None:

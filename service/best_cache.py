@@ -1,7 +1,8 @@
 """The answers of ``GET /v1/best`` kept per API process, each under the generation of its
 problem (``db.generations``), which every request reads again: an answer is served from memory
 only while nothing that could change it has been committed, whichever process wrote it. A hit
-costs one indexed query and no serialisation; a miss computes the answer as before."""
+costs one indexed query and no serialisation; a miss computes the answer over the same
+connection (``Database.reads``: no transaction's round trips on Postgres)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from db import generations
 from db.engine import Database
 from search.types import Problem
 from service.errors import NotFound
-from service.queries import BestAnswer, best_in
+from service.queries import BestAnswer, best_of
 from service.views import best_out
 
 #: answers kept per process (a few KB each), least recently used dropped first
@@ -60,17 +61,19 @@ class BestCache:
         """The answer for ``problem``: the kept one while its generation stands, else a new
         one (read after the generation, so it is at least as new as what it is kept under)."""
         key = (problem.key(), gpu, exact)
-        with self.db.autocommit() as conn:
-            generation = generations.of_problem(conn, key[0])
-        if generation is not None:
-            with self._lock:
-                kept = self._entries.get(key)
-                if kept is not None and kept[0] == generation:
-                    self._entries.move_to_end(key)
-                    self.hits += 1
-                    return kept[1]
-        with self.db.read_session() as s:
-            encoded = _encode(lambda: best_in(s, problem, gpu, exact))
+        # one connection, no transaction on Postgres: the generation is read first, so the
+        # answer's reads after it see at least what it counts
+        with self.db.reads() as s:
+            found = generations.with_problem(s, key[0])
+            record, generation = found if found is not None else (None, None)
+            if generation is not None:
+                with self._lock:
+                    kept = self._entries.get(key)
+                    if kept is not None and kept[0] == generation:
+                        self._entries.move_to_end(key)
+                        self.hits += 1
+                        return kept[1]
+            encoded = _encode(lambda: best_of(s, record, problem, gpu, exact))
         if generation is None:  # never seen: nothing to keep
             return encoded
         with self._lock:

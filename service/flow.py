@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ from service.agent_loop import (
     time_up,
 )
 from service.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
-from service.reports import Shared, store
+from service.reports import store_all
 from service.settings import ServiceSettings
 from service.tokens import digest, other_identity, same_secret
 from service.tuning import TunerPool
@@ -104,6 +105,9 @@ class Flow:
         self.agent = AgentLoop(database, settings, tuners, clock)
         #: requests mark jobs for the planner rather than plan them (``service.planner``)
         self.background = settings.planning == "background"
+        #: problems by id, read once per process: a problem's row never changes once stored
+        self._problems: dict[int, Problem] = {}
+        self._problems_lock = threading.Lock()
 
     def close(self) -> None:
         """Release the database connections and the tuners of this process."""
@@ -137,17 +141,19 @@ class Flow:
                 f"{self.settings.max_problem_bytes}"))
         now = self.clock()
         with self.db.session() as s:
+            record = jobs.get_or_create_problem(s, problem, now)
+            # a job stored just now is queued: it waits for a worker of its GPU model, if any
+            waiting = self._no_worker(s, gpu, now)
+            # the lock is held to the commit: only the count and the insert run under it
             jobs.lock_submissions(s)
             self._check_queue(s, owner)
-            record = jobs.get_or_create_problem(s, problem, now)
             job = jobs.create_job(s, record, max_trials=max_trials, max_seconds=max_seconds,
                                   backends=list(dict.fromkeys(backends)), target_gpu=gpu,
                                   seed=seed or 0, now=now,
                                   policy=(policy or Policy()).to_dict(), owner=owner)
             # what job_state would read back: a job stored just now has no candidate,
             # measurement, held result or decision yet, only a reason to wait
-            return JobState(job, JobCounts(), None, None, None, now,
-                            waiting=self._waiting(s, job, now))
+            return JobState(job, JobCounts(), None, None, None, now, waiting=waiting)
 
     def _check_queue(self, s: Session, owner: str | None) -> None:
         limit, retry = self.settings.max_queued_jobs, QUEUE_RETRY_AFTER_S
@@ -289,7 +295,7 @@ class Flow:
                                                token_name=worker.token_name)
             if got:
                 cands.create_lease(s, lease_id, worker_id, now, expires)
-            problems = jobs.problems_of(s, [c.problem_id for c in got])
+            problems = self._problems_of(s, [c.problem_id for c in got])
             if len(got) < max_candidates:
                 self._bind_next(s, device, now)
         if not got:
@@ -297,6 +303,21 @@ class Flow:
         return LeaseGrant(lease_id, expires, self.settings.lease_seconds,
                           [Candidate(problems[c.problem_id], c.backend, c.config, c.id, c.task)
                            for c in got], [c.attempts for c in got])
+
+    def _problems_of(self, s: Session, problem_ids: Sequence[int]) -> dict[int, Problem]:
+        """The problems of ``problem_ids``, read only where this process has not read them
+        before (a lease's candidates are mostly of problems an earlier lease handed out)."""
+        with self._problems_lock:
+            known = {i: self._problems[i] for i in problem_ids if i in self._problems}
+        missing = sorted(set(problem_ids) - known.keys())
+        if missing:
+            read = jobs.problems_of(s, missing)
+            known.update(read)
+            with self._problems_lock:
+                if len(self._problems) + len(read) > _KEPT_PROBLEMS:
+                    self._problems.clear()
+                self._problems.update(read)
+        return known
 
     def _bind_next(self, s: Session, device: Device, now: datetime) -> None:
         """Bind the oldest queued job that ``device`` can run to its GPU model and mark it for
@@ -308,8 +329,7 @@ class Flow:
                 if not self._fits(job, device):
                     continue
                 backends = [b for b in job.backends if b in device.backends]
-                if jobs.bind_job(s, job.id, device.gpu_model, backends, now):
-                    jobs.mark_due(s, [job.id])
+                if jobs.bind_and_mark(s, job.id, device.gpu_model, backends, now):
                     return
             if len(page) < size:
                 return
@@ -358,9 +378,10 @@ class Flow:
         touched: set[int] = set()
         for candidate_id, measurement in results:
             with self.db.session() as s:
-                got = store(s, worker, lease_id, candidate_id, measurement, now := self.clock(),
-                            self.settings.implausible_below,
-                            across_identities=self.settings.distinct_confirmers)
+                now = self.clock()
+                [got] = store_all(s, worker, lease_id, [(candidate_id, measurement)],
+                                  lambda now=now: now, self.settings.implausible_below,
+                                  self.settings.distinct_confirmers)
                 if got.refused is None:
                     workers.touch(s, worker.id, now)
             if got.cand is None or got.job is None or got.refused is not None:
@@ -388,11 +409,11 @@ class Flow:
         with self.db.session() as s:
             worker = _known_worker(s, worker_id, check)
             marked: set[int] = set()
-            shared = Shared()
-            for candidate_id, measurement in sorted(results, key=lambda r: r[0]):
-                got = store(s, worker, lease_id, candidate_id, measurement, self.clock(),
-                            self.settings.implausible_below, shared,
-                            self.settings.distinct_confirmers)
+            ordered = sorted(results, key=lambda r: r[0])
+            stored = store_all(s, worker, lease_id, ordered, self.clock,
+                               self.settings.implausible_below,
+                               self.settings.distinct_confirmers)
+            for (candidate_id, _), got in zip(ordered, stored, strict=True):
                 if got.cand is not None and (got.refused is None or got.stored is not None):
                     marked.add(got.cand.job_id)  # stored, or a repeat: the planner tells
                 if got.cand is None or got.job is None or got.refused is not None:
@@ -481,7 +502,11 @@ class Flow:
             return self._rechecking(s, job)
         if job.status != JobStatus.QUEUED:
             return None
-        model = job.target_gpu
+        return self._no_worker(s, job.target_gpu, now)
+
+    def _no_worker(self, s: Session, model: str | None, now: datetime) -> str | None:
+        """Why a queued job for GPU model ``model`` (None: any) waits: no worker of it has
+        registered, or none has been seen within a lease."""
         who = f"GPU model {model!r}" if model else "any GPU model"
         worker = workers.latest_of_model(s, model)
         if worker is None:
@@ -580,3 +605,5 @@ def _taken(name: str) -> Forbidden:
 #: Eligible jobs a lease reads at a time (``Flow._eligible``), and the first page of the
 #: unbound jobs a background lease reads to bind one (``Flow._bind_next``).
 _PAGE, _FIRST_PAGE = 32, 4
+#: Problems a process keeps parsed for its leases (``Flow._problems_of``), a few KB each.
+_KEPT_PROBLEMS = 10_000

@@ -34,27 +34,33 @@ def find_best(db: Database, problem: Problem, gpu: str | None, exact: bool = Fal
 
 
 def best_in(s: Session, problem: Problem, gpu: str | None, exact: bool = False) -> BestAnswer:
-    """The configuration to use for ``problem`` on ``gpu`` (default: the GPU model with the
-    latest ok measurement, real GPUs before the interpreter): the decision loop's choice where
-    a decision is in force (ties went to the library), else the fastest ok measurement.
+    """:func:`best_of` the problem's stored record."""
+    return best_of(s, jobs.find_problem(s, problem.key()), problem, gpu, exact)
+
+
+def best_of(s: Session, record: ProblemRecord | None, problem: Problem, gpu: str | None,
+            exact: bool = False) -> BestAnswer:
+    """The configuration to use for ``problem`` (stored as ``record``; None: never stored) on
+    ``gpu`` (default: the GPU model with the latest ok measurement, real GPUs before the
+    interpreter): the decision loop's choice where a decision is in force (ties went to the
+    library), else the fastest ok measurement.
 
     ``exact``: a kernel computing in the problem's input precision only. Where the decision
     serves one that computes lower (its policy allowed it), the answer is the decision's
     library pick, or an input-precision custom kernel measured faster than it."""
-    record = jobs.find_problem(s, problem.key())
     gpu_model = gpu
     if record is not None and gpu_model is None:
         gpu_model = measurements.latest_gpu(s, record.id)
-    best = (measurements.problem_best(s, record.id, gpu_model, exact=exact)
-            if record is not None and gpu_model is not None else None)
+    kind = kinds.get(problem.kind)
+    best = library = None
+    if record is not None and gpu_model is not None:
+        best, library = measurements.problem_bests(s, record.id, gpu_model,
+                                                   kind.library_backends, exact=exact)
     if record is None or best is None or gpu_model is None:
         where = gpu or "any GPU"
         mode = " computing in its input precision" if exact else ""
         raise NotFound(f"no measurements{mode} for {problem.kind} {problem.describe()} "
                        f"({problem.key()}) on {where}: submit a job with POST /v1/jobs")
-    kind = kinds.get(problem.kind)
-    library = measurements.problem_best(s, record.id, gpu_model, kind.library_backends,
-                                         exact=exact)
     decision = decisions.current(s, record.id, gpu_model)
     lowered = decision is not None and decision.precision not in (None, problem.dtype)
     if not (exact and lowered):

@@ -1,12 +1,17 @@
-"""Storing one reported result under its candidate's row lock: refused (not leased to this
-worker, a late or repeated report, another GPU model), stored (held when faster than the
+"""Storing reported results under their candidates' row locks: each refused (not leased to
+this worker, a late or repeated report, another GPU model), stored (held when faster than the
 roofline allows, ``service.plausibility``), or a held result's re-check. ``Flow.report`` calls
-it once per result, in a transaction per result (inline planning) or one for the report
-(background planning)."""
+:func:`store_all` with every result of a report in one transaction (background planning), or
+with one result per transaction (inline planning).
+
+A report's results are read and written together: its candidates are locked and read in one
+statement, their jobs and stored measurements in one each, and what it stores (measurements,
+their totals, the candidates' new states) is written in one statement each at the end."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -30,7 +35,7 @@ from service.agent_loop import record_calibration
 
 log = logging.getLogger("kernelsearch.flow")
 
-__all__ = ["Shared", "Stored", "store"]
+__all__ = ["Shared", "Stored", "store_all"]
 
 
 @dataclass(frozen=True)
@@ -48,34 +53,81 @@ class Stored:
 
 @dataclass
 class Shared:
-    """What the results of one report (one transaction) read once: their jobs and the GPU
-    model's latest calibration (forgotten when the report records a new one)."""
+    """What the results of one report (one transaction) read once and write together: their
+    candidates (row-locked), jobs and stored measurements, the GPU model's latest calibration
+    (forgotten when the report records a new one), and the writes that :meth:`flush` makes."""
 
     jobs: dict[int, JobRecord | None] = field(default_factory=dict)
     calibrations: dict[str, CalibrationRecord | None] = field(default_factory=dict)
+    candidates: dict[int, CandidateRecord | None] = field(default_factory=dict)
+    measured: dict[int, MeasurementRecord | None] = field(default_factory=dict)
+    new: list[measurements.Reported] = field(default_factory=list)
+    finished: list[tuple[int, CandidateStatus, str | None]] = field(default_factory=list)
 
-    def job(self, s: Session, job_id: int) -> JobRecord | None:
-        if job_id not in self.jobs:
-            self.jobs[job_id] = jobs.get_job(s, job_id)
-        return self.jobs[job_id]
+    def load(self, s: Session, ids: Sequence[int]) -> None:
+        """Lock and read the candidates of ``ids`` not read yet (in id order, one statement),
+        and read their jobs and stored measurements (one statement each)."""
+        ids = sorted(set(ids) - self.candidates.keys())
+        if not ids:
+            return
+        found = cands.lock_candidates(s, ids)
+        self.candidates.update({i: found.get(i) for i in ids})
+        job_ids = sorted({c.job_id for c in found.values()} - self.jobs.keys())
+        read = jobs.get_jobs(s, job_ids)
+        self.jobs.update({j: read.get(j) for j in job_ids})
+        stored = measurements.of_candidates(s, ids)
+        self.measured.update({i: stored.get(i) for i in ids})
+
+    def forget(self, candidate_id: int) -> None:
+        """Read the candidate again at its next :meth:`load` (after a :meth:`flush`)."""
+        self.candidates.pop(candidate_id, None)
+        self.measured.pop(candidate_id, None)
 
     def calibration(self, s: Session, gpu_model: str) -> CalibrationRecord | None:
         if gpu_model not in self.calibrations:
             self.calibrations[gpu_model] = calibrations.latest(s, gpu_model)
         return self.calibrations[gpu_model]
 
+    def flush(self, s: Session) -> None:
+        """Write the measurements (with their totals) and the candidates' states held so far."""
+        measurements.add_measurements(s, self.new)
+        cands.finish_candidates(s, self.finished)
+        self.new, self.finished = [], []
 
-def store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
+
+def store_all(s: Session, worker: WorkerRecord, lease_id: str,
+              results: Sequence[tuple[int, Measurement]], clock: Callable[[], datetime],
+              implausible_below: float, across_identities: bool = False) -> list[Stored]:
+    """Store each of ``results`` (``(candidate id, measurement)``, in this order: callers sort
+    them by id) as :func:`_store` does, reading and writing them together (``Shared``); a
+    candidate reported twice is read again, as stored, for its second result."""
+    shared = Shared()
+    shared.load(s, [cid for cid, _ in results])
+    out: list[Stored] = []
+    seen: set[int] = set()
+    for candidate_id, measurement in results:
+        if candidate_id in seen:
+            shared.flush(s)
+            shared.forget(candidate_id)
+        seen.add(candidate_id)
+        out.append(_store(s, worker, lease_id, candidate_id, measurement, clock(),
+                         implausible_below, shared, across_identities))
+    shared.flush(s)
+    return out
+
+
+def _store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
           measurement: Measurement, now: datetime, implausible_below: float,
-          shared: Shared | None = None, across_identities: bool = False) -> Stored:
-    """Store one result under the candidate's row lock, unless it is refused; a kernel faster
-    than the roofline allows is stored held (``service.plausibility``), and with
-    ``across_identities`` (more than one worker token) it is confirmed only by a worker of
-    another token identity. The caller marks the worker seen (``workers.touch``) for what was
-    stored."""
-    shared = shared if shared is not None else Shared()
-    cand = cands.get_candidate(s, candidate_id, lock=True)
-    job = shared.job(s, cand.job_id) if cand is not None else None
+          shared: Shared, across_identities: bool = False) -> Stored:
+    """Store one result under the candidate's row lock (taken by ``shared.load``), unless it
+    is refused; a kernel faster than the roofline allows is stored held
+    (``service.plausibility``), and with ``across_identities`` (more than one worker token) it
+    is confirmed only by a worker of another token identity. The common writes wait in
+    ``shared`` for its ``flush``. The caller marks the worker seen (``workers.touch``) for what
+    was stored."""
+    shared.load(s, [candidate_id])
+    cand = shared.candidates[candidate_id]
+    job = shared.jobs.get(cand.job_id) if cand is not None else None
     if cand is None or job is None:
         return Stored(cand, job, "unknown candidate")
     reason = _rejection(cand, worker.id, lease_id)
@@ -84,7 +136,7 @@ def store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
                   f"this worker's {worker.gpu_model!r}")
     if reason not in (None, DUPLICATE):
         return Stored(cand, job, reason)
-    stored = measurements.of_candidates(s, [candidate_id]).get(candidate_id)
+    stored = shared.measured[candidate_id]
     precision = None
     if cand.backend is not None:
         # a lowered kernel's error against the job's bound (Policy.judge)
@@ -114,8 +166,8 @@ def store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
             log.warning("candidate %s of job %s from worker %s %s", cand.id, job.id,
                         worker.id, held)
             measurement = replace(measurement, status=Status.HELD, error=held)
-    measurements.add_measurement(s, cand, worker.gpu_model, measurement, worker.id, now,
-                                 precision)
+    shared.new.append(measurements.Reported(cand, worker.gpu_model, measurement, worker.id,
+                                            now, precision))
     if cand.task == Task.CALIBRATE.value and measurement.ok:
         record_calibration(s, cand, measurement, worker.gpu_model, worker.id, now)
         shared.calibrations.pop(worker.gpu_model, None)
@@ -123,8 +175,8 @@ def store(s: Session, worker: WorkerRecord, lease_id: str, candidate_id: int,
         cands.requeue_for_recheck(s, cand.id)
     elif cand.status == CandidateStatus.LEASED:
         failure = None if measurement.ok else _failure(measurement)
-        cands.finish_candidate(s, cand.id, CandidateStatus.DONE if measurement.ok
-                               else CandidateStatus.FAILED, failure)
+        shared.finished.append((cand.id, CandidateStatus.DONE if measurement.ok
+                                else CandidateStatus.FAILED, failure))
     return Stored(cand, job, None, measurement=measurement)
 
 

@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import event, select
 
+from db import candidates as cands
 from db import jobs, measurements
+from db.models import SummaryRow
 from service.planner import Planner
 from service.settings import ServiceSettings
 
@@ -262,3 +265,93 @@ def test_a_lease_passes_over_a_job_another_lease_is_binding(
         thread.join()
     assert driver.job(second["id"])["status"] == "running"
     assert driver.job(first["id"])["status"] == "queued"
+
+
+def test_a_report_naming_a_candidate_twice_stores_it_once(
+        app: FastAPI, driver: Any, planning: Planning, client: Any) -> None:
+    """Results are read and written together; a candidate's second result in one report is
+    refused as a repeat of the first, and a failed result fails its candidate."""
+    job = driver.submit({"max_trials": 4})
+    w = driver.register()
+    driver.lease(w)
+    planning.drain()
+    grant = driver.lease(w)
+    ids = sorted(c["id"] for c in grant["candidates"])
+    assert len(ids) >= 3
+    results = ([{"candidate_id": ids[0], "measurement": driver.fake_ok(30.0)},
+                {"candidate_id": ids[1], "measurement": driver.fake_failure()}]
+               + [{"candidate_id": i, "measurement": driver.fake_ok(40.0)} for i in ids[2:]]
+               + [{"candidate_id": ids[0], "measurement": driver.fake_ok(31.0)}])
+    out = client.post(f"/v1/workers/{w}/report",
+                      json={"lease_id": grant["lease_id"], "results": results}).json()
+    assert out["accepted"] == ids
+    assert [(r["candidate_id"], "already reported" in r["reason"]) for r in out["rejected"]] \
+        == [(ids[0], True)]
+    with app.state.flow.db.read_session() as s:
+        stored = measurements.of_candidates(s, ids)
+        states = {c.id: (c.status, c.failure_reason) for c in cands.job_candidates(s, job["id"])}
+        totals = s.execute(select(SummaryRow.trials, SummaryRow.failed)
+                           .where(SummaryRow.gpu_model == driver.GPU)).all()
+    assert stored[ids[0]].median_us == 30.0 and stored[ids[1]].status == "compile_error"
+    assert states[ids[0]] == ("done", None) and states[ids[1]][0] == "failed"
+    assert "compile_error" in (states[ids[1]][1] or "")
+    kernels = sum(1 for m in stored.values() if m.task is None)
+    assert totals == [(kernels, 1)]
+
+
+def test_a_report_reads_and_writes_its_results_together(
+        app: FastAPI, driver: Any, planning: Planning, client: Any) -> None:
+    """A report's statements do not grow with its results (one lock, one read of the stored
+    measurements, one insert, one totals upsert, one candidate update for all of them)."""
+    driver.submit({"max_trials": 8})
+    w = driver.register()
+    driver.lease(w)
+    planning.drain()
+    engine = app.state.flow.db.engine
+    counts = []
+    for n in (1, 3):
+        grant = driver.lease(w, n=n)
+        assert len(grant["candidates"]) == n
+        statements: list[str] = []
+
+        def count(*args: Any, statements: list[str] = statements, **kwargs: Any) -> None:
+            statements.append(args[2])
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            out = client.post(f"/v1/workers/{w}/report", json={
+                "lease_id": grant["lease_id"],
+                "results": [{"candidate_id": c["id"], "measurement": driver.answer(c)}
+                            for c in grant["candidates"]]}).json()
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+        assert len(out["accepted"]) == n
+        counts.append(len(statements))
+    assert counts[0] == counts[1]
+
+
+def test_a_lease_reads_a_problem_once_per_process(
+        app: FastAPI, driver: Any, planning: Planning) -> None:
+    """A lease hands out and marks its candidates in one statement; the problems of what it
+    hands out are read once by a process (a problem's row never changes)."""
+    driver.submit({"max_trials": 8})
+    w = driver.register()
+    driver.lease(w)
+    planning.drain()
+    engine = app.state.flow.db.engine
+    reads = []
+    for _ in range(2):
+        statements: list[str] = []
+
+        def count(*args: Any, statements: list[str] = statements, **kwargs: Any) -> None:
+            statements.append(args[2])
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            grant = driver.lease(w, n=1)
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+        assert len(grant["candidates"]) == 1
+        assert grant["candidates"][0]["problem"]["m"] == driver.PROBLEM["m"]
+        assert sum(1 for q in statements if q.lstrip().startswith("UPDATE candidates")) == 1
+        reads.append(sum(1 for q in statements if "FROM problems" in q
+                         and "JOIN" not in q))
+    assert reads == [1, 0]
