@@ -35,18 +35,13 @@ from db.records import (
 from search import kinds
 from search.decision import Policy
 from search.types import Candidate, Device, Measurement, Problem, ProblemError, Status
-from service.agent_loop import (
-    RECHECK,
-    AgentLoop,
-    recheck_until,
-    settle_unconfirmed,
-    time_up,
-)
+from service.agent_loop import RECHECK, AgentLoop, settle_unconfirmed, time_up
 from service.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TooMany
 from service.reports import store_all
 from service.settings import ServiceSettings
 from service.tokens import digest, other_identity, same_secret
 from service.tuning import TunerPool
+from service.waiting import no_worker, why_waiting
 
 log = logging.getLogger("kernelsearch.flow")
 
@@ -143,7 +138,7 @@ class Flow:
         with self.db.session() as s:
             record = jobs.get_or_create_problem(s, problem, now)
             # a job stored just now is queued: it waits for a worker of its GPU model, if any
-            waiting = self._no_worker(s, gpu, now)
+            waiting = no_worker(s, gpu, now, self.settings.lease_seconds)
             # the lock is held to the commit: only the count and the insert run under it
             jobs.lock_submissions(s)
             self._check_queue(s, owner)
@@ -495,41 +490,8 @@ class Flow:
             return {j.id: self._waiting(s, j, now) for j in jobs}
 
     def _waiting(self, s: Session, job: JobRecord, now: datetime) -> str | None:
-        """Why a queued job waits: no worker of its target GPU model (or none at all) has
-        registered, or none has been seen within a lease; or why a running one has not
-        decided: its held results wait for another worker's re-measurement."""
-        if job.status == JobStatus.RUNNING and job.stage == RECHECK:
-            return self._rechecking(s, job)
-        if job.status != JobStatus.QUEUED:
-            return None
-        return self._no_worker(s, job.target_gpu, now)
-
-    def _no_worker(self, s: Session, model: str | None, now: datetime) -> str | None:
-        """Why a queued job for GPU model ``model`` (None: any) waits: no worker of it has
-        registered, or none has been seen within a lease."""
-        who = f"GPU model {model!r}" if model else "any GPU model"
-        worker = workers.latest_of_model(s, model)
-        if worker is None:
-            return f"no worker of {who} has registered: start one (kernelsearch worker)"
-        quiet = (now - worker.last_seen).total_seconds()
-        if quiet > self.settings.lease_seconds:
-            return (f"no worker of {who} has been seen for {quiet:.0f} s (the last was "
-                    f"{worker.name!r})")
-        return None
-
-    def _rechecking(self, s: Session, job: JobRecord) -> str | None:
-        """Why a job whose search is over has not decided (``AgentLoop.recheck_wait``)."""
-        held = cands.held_outstanding(s, job.id)
-        wait = self.settings.held_wait_seconds
-        until = recheck_until(job, held, wait)
-        if until is None:
-            return None
-        ids = ", ".join(str(i) for i in sorted(held))
-        return (f"its search is over; the decision waits for another worker to re-measure "
-                f"held candidate{'s' if len(held) > 1 else ''} {ids} (held as faster than the "
-                f"roofline allows) until {until.isoformat(timespec='seconds')} "
-                f"(KS_HELD_WAIT_SECONDS={wait:g}, within the job's time budget), then "
-                "decides without them")
+        return why_waiting(s, job, now, self.settings.lease_seconds,
+                           self.settings.held_wait_seconds)
 
     def _eligible(self, gpu_model: str) -> Iterator[JobRecord]:
         """The jobs a worker of ``gpu_model`` may serve, oldest first, read a page at a time
