@@ -155,13 +155,9 @@ def eligible_jobs(session: Session, gpu_model: str, *, after: int = 0,
 
 def bind_job(session: Session, job_id: int, gpu_model: str, backends: Sequence[str],
              now: datetime) -> bool:
-    """Bind a queued, unbound job to ``gpu_model``; False when someone else bound it first."""
-    result = session.execute(
-        update(JobRow)
-        .where(JobRow.id == job_id, JobRow.bound_gpu.is_(None),
-               JobRow.status == JobStatus.QUEUED.value)
-        .values(bound_gpu=gpu_model, bound_backends=list(backends),
-                status=JobStatus.RUNNING.value, started_at=now))
+    """Bind a queued, unbound job to ``gpu_model``; False when someone else bound it first.
+    The table is written directly: read the job after it (``get_job``), not before."""
+    result = session.execute(_BIND, _bind_params(job_id, gpu_model, backends, now))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
@@ -174,24 +170,30 @@ def bind_and_mark(session: Session, job_id: int, gpu_model: str, backends: Seque
         if bound:
             mark_due(session, [job_id])
         return bound
-    marked = session.execute(_BIND_AND_MARK, {"job": job_id, "gpu": gpu_model,
-                                              "with_backends": list(backends),
-                                              "at": now}).all()
+    marked = session.execute(_BIND_AND_MARK, _bind_params(job_id, gpu_model, backends,
+                                                          now)).all()
     return bool(marked)
 
 
 _J = JobRow.__table__
+#: The binding of a queued, unbound job to a GPU model (:func:`bind_job`), built once.
+_BIND = (update(_J)
+         .where(_J.c.id == bindparam("job"), _J.c.bound_gpu.is_(None),
+                _J.c.status == JobStatus.QUEUED.value)
+         .values(bound_gpu=bindparam("gpu"),
+                 bound_backends=bindparam("with_backends", type_=_J.c.bound_backends.type),
+                 status=JobStatus.RUNNING.value,
+                 started_at=bindparam("at", type_=_J.c.started_at.type)))
+
+
+def _bind_params(job_id: int, gpu_model: str, backends: Sequence[str], now: datetime
+                 ) -> dict[str, Any]:
+    return {"job": job_id, "gpu": gpu_model, "with_backends": list(backends), "at": now}
 
 
 def _bind_and_mark() -> Any:
-    bound = (update(_J)
-             .where(_J.c.id == bindparam("job"), _J.c.bound_gpu.is_(None),
-                    _J.c.status == JobStatus.QUEUED.value)
-             .values(bound_gpu=bindparam("gpu"),
-                     bound_backends=bindparam("with_backends", type_=_J.c.bound_backends.type),
-                     status=JobStatus.RUNNING.value,
-                     started_at=bindparam("at", type_=_J.c.started_at.type))
-             .returning(_J.c.id).cte("bound"))
+    """:data:`_BIND` feeding the plan mark's insert with the id it bound (Postgres)."""
+    bound = _BIND.returning(_J.c.id).cte("bound")
     marks = PlanMarkRow.__table__
     return insert(marks).from_select(["job_id"], select(bound.c.id)).returning(marks.c.job_id)
 
