@@ -23,24 +23,11 @@ _INSERT = insert(_M)
 _KERNEL = MeasurementRow.task.is_(None)
 
 
-def add_measurement(session: Session, candidate: CandidateRecord, gpu_model: str,
-                    measurement: Measurement, worker_id: int | None,
-                    now: datetime, precision: str | None = None) -> MeasurementRecord:
-    """Store ``measurement`` of ``candidate``; ``precision``: what the kernel computes in when
-    below the problem's input precision (``ProblemKind.precision_of``)."""
-    row = MeasurementRow(**_values(Reported(candidate, gpu_model, measurement, worker_id, now,
-                                            precision)))
-    session.add(row)
-    session.flush()
-    summaries.add(session, candidate.problem_id, gpu_model, kernel=candidate.task is None,
-                  ok=measurement.ok, gpu_s=_gpu_s(measurement), now=now)
-    return MeasurementRecord.of(row)
-
-
 @dataclass(frozen=True)
 class Reported:
-    """A measurement to store with :func:`add_measurements` (as :func:`add_measurement`'s
-    arguments)."""
+    """A measurement to store with :func:`add_measurements`: of ``candidate`` on
+    ``gpu_model``; ``precision``: what the kernel computes in when below the problem's input
+    precision (``ProblemKind.precision_of``)."""
 
     candidate: CandidateRecord
     gpu_model: str

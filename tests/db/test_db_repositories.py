@@ -100,8 +100,8 @@ def test_problem_bests_in_one_statement_as_problem_best_twice(database: Database
         cands = {c.config["i"]: c for c in candidates.job_candidates(s, job_id)}
         for i, (backend, us, precision) in times.items():
             c = dataclasses.replace(cands[i], backend=backend)
-            measurements.add_measurement(s, c, "G", Measurement(Status.OK, median_us=us),
-                                         worker_id, NOW, precision)
+            measurements.add_measurements(s, [measurements.Reported(
+                c, "G", Measurement(Status.OK, median_us=us), worker_id, NOW, precision)])
         problem_id = cands[0].problem_id
     with database.read_session() as s:
         for exact in (False, True):
@@ -127,8 +127,8 @@ def test_the_generation_comes_with_its_problem(database: Database) -> None:
         assert generations.with_problem(s, "gemm:none") is None
     with database.session() as s:
         [c] = candidates.job_candidates(s, job_id)
-        measurements.add_measurement(s, c, "G", Measurement(Status.OK, median_us=1.0),
-                                     worker_id, NOW)
+        measurements.add_measurements(s, [measurements.Reported(
+            c, "G", Measurement(Status.OK, median_us=1.0), worker_id, NOW)])
     with database.reads() as s:
         assert (generations.of_problem(s, key) or (0, 0))[1] == (before or (0, 0))[1] + 1
 
@@ -163,8 +163,8 @@ def test_lease_of_model_leaves_a_held_result_to_other_identities(database: Datab
         b1 = workers.register(s, "b1", "G", {"gpu_model": "G"}, NOW, token_name="b").id
         s.execute(update(WorkerRow).where(WorkerRow.id == holder).values(token_name="a"))
         held, other = candidates.job_candidates(s, job_id)
-        measurements.add_measurement(s, held, "G", Measurement(Status.HELD, median_us=1.0),
-                                     holder, NOW)
+        measurements.add_measurements(s, [measurements.Reported(
+            held, "G", Measurement(Status.HELD, median_us=1.0), holder, NOW)])
 
     def lease(worker: int, token: str | None, by_identity: bool = True) -> list[int]:
         with database.session() as s:

@@ -54,10 +54,9 @@ def test_trials_left_running_by_a_dead_process_are_settled(
     with app.state.flow.db.session() as s:
         cand = cands.get_candidate(s, first["id"])
         assert cand is not None
-        measurements.add_measurement(s, cand, driver.GPU,
-                                     Measurement(Status.OK, median_us=33.0, p20_us=33.0,
-                                                 p80_us=33.0, reps=5), w,
-                                     app.state.flow.clock())
+        measurements.add_measurements(s, [measurements.Reported(
+            cand, driver.GPU, Measurement(Status.OK, median_us=33.0, p20_us=33.0,
+                                          p80_us=33.0, reps=5), w, app.state.flow.clock())])
         cands.finish_candidate(s, cand.id, CandidateStatus.DONE)
     time.sleep(0.6)  # older than a lease: a live process would have stored and told by now
     driver.report(w, grant["lease_id"], second["id"], driver.fake_ok(40.0))  # a top-up
