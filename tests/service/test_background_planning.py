@@ -206,14 +206,21 @@ def test_a_job_whose_planning_fails_does_not_hold_up_the_others(
     assert not _due(app, first["id"]) and not _due(app, second["id"])
 
 
-def test_a_report_is_stored_whole_and_its_repeat_refused(
-        app: FastAPI, driver: Any, planning: Planning, client: Any) -> None:
+def _planned_lease(driver: Any, planning: Planning
+                   ) -> tuple[dict[str, Any], int, dict[str, Any], list[int]]:
+    """A job, a worker, and the worker's lease of the job's planned candidates (their ids
+    sorted)."""
     job = driver.submit({"max_trials": 4})
     w = driver.register()
-    driver.lease(w)
+    driver.lease(w)  # binds the job; the planner plans it
     planning.drain()
     grant = driver.lease(w)
-    ids = sorted(c["id"] for c in grant["candidates"])
+    return job, w, grant, sorted(c["id"] for c in grant["candidates"])
+
+
+def test_a_report_is_stored_whole_and_its_repeat_refused(
+        app: FastAPI, driver: Any, planning: Planning, client: Any) -> None:
+    job, w, grant, ids = _planned_lease(driver, planning)
     body = {"lease_id": grant["lease_id"],
             "results": [{"candidate_id": i, "measurement": driver.fake_ok(20.0 + i)}
                         for i in reversed(ids)] + [
@@ -271,12 +278,7 @@ def test_a_report_naming_a_candidate_twice_stores_it_once(
         app: FastAPI, driver: Any, planning: Planning, client: Any) -> None:
     """Results are read and written together; a candidate's second result in one report is
     refused as a repeat of the first, and a failed result fails its candidate."""
-    job = driver.submit({"max_trials": 4})
-    w = driver.register()
-    driver.lease(w)
-    planning.drain()
-    grant = driver.lease(w)
-    ids = sorted(c["id"] for c in grant["candidates"])
+    job, w, grant, ids = _planned_lease(driver, planning)
     assert len(ids) >= 3
     results = ([{"candidate_id": ids[0], "measurement": driver.fake_ok(30.0)},
                 {"candidate_id": ids[1], "measurement": driver.fake_failure()}]
