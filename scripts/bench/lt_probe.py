@@ -21,7 +21,7 @@ import traceback
 
 import torch
 
-from kernel_templates.gemm.cublaslt import LtGemm, describe, library_version
+from kernel_templates.gemm.cublaslt import LtConfig, LtGemm, describe, library_version
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_for, rel_error
 from search.kinds.gemm.spec import GemmProblem
@@ -73,7 +73,6 @@ def probe(shape: str, top: int = 4) -> dict:
     timed = sorted((e for e in tried if "us" in e), key=lambda e: e["us"])
     seen = {json.dumps(e["config"], sort_keys=True) for e in tried}
     for e in timed[:top]:
-        from kernel_templates.gemm.cublaslt import LtConfig
         for v in gemms[0].variants(LtConfig(**e["config"])):
             key = json.dumps(v.to_dict(), sort_keys=True)
             if key not in seen:
