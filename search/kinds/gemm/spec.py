@@ -26,17 +26,13 @@ SERVED_DTYPES = ("bf16", "fp16", "fp32", "fp8_e4m3")
 FP8_OUT_DTYPES = ("bf16", "fp16", "fp32")
 #: ``torch._scaled_mm`` (the fp8 library baseline) requires k and n to be multiples of 16.
 FP8_ALIGNMENT = 16
+
+
 class Backend(StrEnum):
     CUBLAS = "cublas"
     CUBLASLT = "cublaslt"
     TRITON = "triton"
     CUTLASS = "cutlass"
-
-
-#: Backends whose kernels someone else maintains: the library side of the decision.
-LIBRARY_BACKENDS = (Backend.CUBLAS.value, Backend.CUBLASLT.value, Backend.CUTLASS.value)
-#: Backends whose kernels we generate and search: the custom side.
-CUSTOM_BACKENDS = (Backend.TRITON.value,)
 
 
 @dataclass(frozen=True)
