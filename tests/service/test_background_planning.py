@@ -7,6 +7,8 @@ whether the planner was running it; measurements are FAKE dicts from the driver.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -301,6 +303,20 @@ def test_a_report_naming_a_candidate_twice_stores_it_once(
     assert totals == [(kernels, 1)]
 
 
+@contextmanager
+def _statements(engine: Any) -> Iterator[list[str]]:
+    """The SQL statements ``engine`` sends while the block runs."""
+    sent: list[str] = []
+
+    def count(*args: Any, **kwargs: Any) -> None:
+        sent.append(args[2])
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        yield sent
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+
+
 def test_a_report_reads_and_writes_its_results_together(
         app: FastAPI, driver: Any, planning: Planning, client: Any) -> None:
     """A report's statements do not grow with its results (one lock, one read of the stored
@@ -314,18 +330,11 @@ def test_a_report_reads_and_writes_its_results_together(
     for n in (1, 3):
         grant = driver.lease(w, n=n)
         assert len(grant["candidates"]) == n
-        statements: list[str] = []
-
-        def count(*args: Any, statements: list[str] = statements, **kwargs: Any) -> None:
-            statements.append(args[2])
-        event.listen(engine, "before_cursor_execute", count)
-        try:
+        with _statements(engine) as statements:
             out = client.post(f"/v1/workers/{w}/report", json={
                 "lease_id": grant["lease_id"],
                 "results": [{"candidate_id": c["id"], "measurement": driver.answer(c)}
                             for c in grant["candidates"]]}).json()
-        finally:
-            event.remove(engine, "before_cursor_execute", count)
         assert len(out["accepted"]) == n
         counts.append(len(statements))
     assert counts[0] == counts[1]
@@ -342,15 +351,8 @@ def test_a_lease_reads_a_problem_once_per_process(
     engine = app.state.flow.db.engine
     reads = []
     for _ in range(2):
-        statements: list[str] = []
-
-        def count(*args: Any, statements: list[str] = statements, **kwargs: Any) -> None:
-            statements.append(args[2])
-        event.listen(engine, "before_cursor_execute", count)
-        try:
+        with _statements(engine) as statements:
             grant = driver.lease(w, n=1)
-        finally:
-            event.remove(engine, "before_cursor_execute", count)
         assert len(grant["candidates"]) == 1
         assert grant["candidates"][0]["problem"]["m"] == driver.PROBLEM["m"]
         assert sum(1 for q in statements if q.lstrip().startswith("UPDATE candidates")) == 1
