@@ -208,14 +208,21 @@ def test_a_job_whose_planning_fails_does_not_hold_up_the_others(
     assert not _due(app, first["id"]) and not _due(app, second["id"])
 
 
-def _planned_lease(driver: Any, planning: Planning
-                   ) -> tuple[dict[str, Any], int, dict[str, Any], list[int]]:
-    """A job, a worker, and the worker's lease of the job's planned candidates (their ids
-    sorted)."""
-    job = driver.submit({"max_trials": 4})
+def _planned_job(driver: Any, planning: Planning, max_trials: int = 4
+                 ) -> tuple[dict[str, Any], int]:
+    """A job and a worker whose first lease bound it, once the planner has planned it."""
+    job = driver.submit({"max_trials": max_trials})
     w = driver.register()
     driver.lease(w)  # binds the job; the planner plans it
     planning.drain()
+    return job, w
+
+
+def _planned_lease(driver: Any, planning: Planning
+                   ) -> tuple[dict[str, Any], int, dict[str, Any], list[int]]:
+    """:func:`_planned_job`, and the worker's lease of the job's planned candidates (their
+    ids sorted)."""
+    job, w = _planned_job(driver, planning)
     grant = driver.lease(w)
     return job, w, grant, sorted(c["id"] for c in grant["candidates"])
 
@@ -321,10 +328,7 @@ def test_a_report_reads_and_writes_its_results_together(
         app: FastAPI, driver: Any, planning: Planning, client: Any) -> None:
     """A report's statements do not grow with its results (one lock, one read of the stored
     measurements, one insert, one totals upsert, one candidate update for all of them)."""
-    driver.submit({"max_trials": 8})
-    w = driver.register()
-    driver.lease(w)
-    planning.drain()
+    _, w = _planned_job(driver, planning, max_trials=8)
     engine = app.state.flow.db.engine
     counts = []
     for n in (1, 3):
@@ -344,10 +348,7 @@ def test_a_lease_reads_a_problem_once_per_process(
         app: FastAPI, driver: Any, planning: Planning) -> None:
     """A lease hands out and marks its candidates in one statement; the problems of what it
     hands out are read once by a process (a problem's row never changes)."""
-    driver.submit({"max_trials": 8})
-    w = driver.register()
-    driver.lease(w)
-    planning.drain()
+    _, w = _planned_job(driver, planning, max_trials=8)
     engine = app.state.flow.db.engine
     reads = []
     for _ in range(2):
