@@ -46,6 +46,7 @@ _LAYOUT_BATCH_COUNT, _LAYOUT_BATCH_STRIDE = 5, 6
 _PREF_MAX_WORKSPACE = 1
 # cublasLtMatmulAlgoCapAttributes_t
 _CAP_SPLITK, _CAP_REDUCTION_MASK, _CAP_SWIZZLING = 0, 1, 2
+_CAP_TILE_IDS, _CAP_STAGES_IDS = 6, 13
 # cublasLtMatmulAlgoConfigAttributes_t: (attribute, ctype) in LtConfig's field order
 _CONFIG_ATTRS = (
     ("algo_id", 0, ctypes.c_int32),
@@ -146,6 +147,8 @@ def _lib() -> ctypes.CDLL:
         "cublasLtMatmulPreferenceSetAttribute": [vp, i32, vp, sz],
         "cublasLtMatmulAlgoGetHeuristic": [vp, vp, vp, vp, vp, vp, vp, i32, heur_p,
                                            ctypes.POINTER(i32)],
+        "cublasLtMatmulAlgoGetIds": [vp, i32, i32, i32, i32, i32, i32, i32,
+                                     ctypes.POINTER(i32), ctypes.POINTER(i32)],
         "cublasLtMatmulAlgoInit": [vp, i32, i32, i32, i32, i32, i32, i32, algo_p],
         "cublasLtMatmulAlgoCheck": [vp, vp, vp, vp, vp, vp, algo_p, heur_p],
         "cublasLtMatmulAlgoCapGetAttribute": [algo_p, i32, vp, sz, ctypes.POINTER(sz)],
@@ -322,6 +325,43 @@ class LtGemm:
         status = self._lib.cublasLtMatmulAlgoCapGetAttribute(
             ctypes.byref(algo), attr, ctypes.byref(v), ctypes.sizeof(v), ctypes.byref(written))
         return int(v.value) if status == 0 else 0
+
+    def _cap_ids(self, algo: _Algo, attr: int) -> list[int]:
+        """An array capability (tile or stages ids): its size first, then its values."""
+        needed = ctypes.c_size_t()
+        if self._lib.cublasLtMatmulAlgoCapGetAttribute(ctypes.byref(algo), attr, None, 0,
+                                                       ctypes.byref(needed)) != 0:
+            return []
+        values = (ctypes.c_uint32 * max(needed.value // 4, 1))()
+        written = ctypes.c_size_t()
+        if self._lib.cublasLtMatmulAlgoCapGetAttribute(
+                ctypes.byref(algo), attr, ctypes.byref(values), needed.value,
+                ctypes.byref(written)) != 0:
+            return []
+        return [int(v) for v in values[:written.value // 4]]
+
+    def algo_ids(self, count: int = 128) -> list[int]:
+        """Every algorithm id cuBLASLt has for these data types (``cublasLtMatmulAlgoGetIds``),
+        whether or not it runs this problem."""
+        ids, returned = (ctypes.c_int * count)(), ctypes.c_int(0)
+        _check(self._lib.cublasLtMatmulAlgoGetIds(self._handle, *self._types, count, ids,
+                                                  ctypes.byref(returned)),
+               "cublasLtMatmulAlgoGetIds")
+        return list(ids[:returned.value])
+
+    def tiles_and_stages(self, algo_id: int) -> tuple[list[int], list[int]]:
+        """The tile ids and stages ids algorithm ``algo_id`` offers (empty where it has none
+        to choose: cuBLASLt then picks)."""
+        algo = self._algo_of(LtConfig(algo_id))
+        return self._cap_ids(algo, _CAP_TILE_IDS), self._cap_ids(algo, _CAP_STAGES_IDS)
+
+    def accepts(self, config: LtConfig) -> bool:
+        """Whether cuBLASLt runs ``config`` on these tensors within the workspace."""
+        try:
+            self.check(config)
+        except InvalidConfig:
+            return False
+        return True
 
     def variants(self, config: LtConfig, splits: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)
                  ) -> list[LtConfig]:

@@ -7,6 +7,13 @@ against the float64 reference on poisoned output first; timing is the worker's `
 re-measurement of the best is what the service's verification does.
 
     OUT=DIR python -m scripts.bench.lt_probe [MxNxK ...]
+    LT_SPACE=1 [LT_SCREEN_S=30] OUT=DIR python -m scripts.bench.lt_probe [MxNxK ...]
+
+``LT_SPACE=1`` searches cuBLASLt's whole configuration space instead of the heuristic's list:
+every algorithm and tile it accepts for the shape (tiles that pad either side by more than a
+third left out; best-filling first) at its first accepted stages count, screened with a short
+timing; then every stages count, cluster shape, K split and swizzling of the best; then the
+best ten timed in full and the winner re-measured interleaved with ``torch.matmul``.
 
 Writes ``$OUT/lt_probe.json`` and prints one line per shape.
 """
@@ -14,14 +21,18 @@ Writes ``$OUT/lt_probe.json`` and prints one line per shape.
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 import sys
 import time
 import traceback
+from dataclasses import replace
 
 import torch
 
-from kernel_templates.gemm.cublaslt import LtConfig, LtGemm, describe, library_version
+from kernel_templates.gemm.cublaslt import MAX_RANK, LtConfig, LtGemm, describe, library_version
+from kernel_templates.gemm.cublaslt_tiles import tile_shape
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_for, rel_error
 from search.kinds.gemm.spec import GemmProblem
@@ -33,7 +44,7 @@ SHAPES = ("192x6144x6144 320x4096x12288 128x128x262144 32x512x98304 2x16384x4096
 BENCH = EventBench(max_reps=200, target_ms=10.0, warmup_ms=5.0)
 
 
-def _time(sets, refs, make) -> dict:
+def _time(sets, refs, make, bench=BENCH) -> dict:
     calls = [make(i) for i in range(len(sets))]
     sets[0].out.fill_(float("nan"))
     calls[0]()
@@ -41,7 +52,7 @@ def _time(sets, refs, make) -> dict:
     err = rel_error(sets[0].out, refs[0])
     if not err < 2e-2:
         return {"error": f"wrong result: rel_error {err}"}
-    t = BENCH(calls)
+    t = bench(calls)
     return {"us": round(t.median_us, 3), "p20": round(t.p20_us, 3), "p80": round(t.p80_us, 3),
             "err": err}
 
@@ -88,6 +99,116 @@ def probe(shape: str, top: int = 4) -> dict:
     return row
 
 
+# -- the whole configuration space (LT_SPACE=1) -----------------------------------------------
+QUICK = EventBench(max_reps=20, min_reps=10, target_ms=0.5, warmup_ms=0.5, estimate_reps=3)
+CLUSTERS = (0, 2, 3, 4, 5, 6, 8)  # cublasLtClusterShape_t: auto, 1x1, 2x1, 4x1, 1x2, 2x2, 1x4
+
+
+def _fits(tile_id: int, m: int, n: int, waste: float = 1.34) -> float:
+    """How well tile ``tile_id`` fills 132 SMs without padding either side by more than
+    ``waste`` (R runs along n, C along m; see ``cublaslt_tiles``): the useful share of the
+    padded, wave-rounded work; 0 where it pads too much."""
+    shape = tile_shape(tile_id)
+    if shape is None:
+        return 0.5 if tile_id == 0 else 0.0
+    r, c = shape
+    padded = [math.ceil(x / t) * t for x, t in ((n, r), (m, c))]
+    if any(pd > max(waste * x, 16) for pd, x in zip(padded, (n, m), strict=True)):
+        return 0.0
+    tiles = math.ceil(n / r) * math.ceil(m / c)
+    return (n * m) / (padded[0] * padded[1]) * tiles / (math.ceil(tiles / 132) * 132)
+
+
+#: Stages ids tried first on the screen (the automatic ones: 64xAUTO, 32xAUTO, 128xAUTO ...)
+STAGES_FIRST = (35, 34, 36, 33, 37, 32, 38, 0)
+
+
+def explore(shape: str, keep: int = 12, final: int = 10, rounds: int = 5,
+            screen_s: float = 60.0) -> dict:
+    """Every (algorithm, tile) cuBLASLt accepts for the shape at its first accepted stages
+    count, screened (best-filling tiles first, for at most ``screen_s``); every stages count
+    of the best ``keep``; then cluster shapes, K splits and swizzling of the best; the best
+    ``final`` timed in full; the winner re-measured interleaved with ``torch.matmul``."""
+    m, n, k = map(int, shape.split("x"))
+    p = GemmProblem(m=m, n=n, k=k)
+    sets = [make_inputs(p, "cuda", seed=7 + i) for i in range(2)]
+    refs = [reference_for(s) for s in sets]
+    gemms = [LtGemm(s.a, s.b, s.out) for s in sets]
+    g = gemms[0]
+    row: dict = {"shape": shape, "mode": "space"}
+    seen: dict[LtConfig, dict] = {}
+
+    def run(cfgs, stage: str, bench, until: float = math.inf) -> None:
+        for cfg in cfgs:
+            if cfg in seen:
+                continue
+            if time.perf_counter() > until:
+                row.setdefault("cut", []).append(stage)
+                return
+            entry = {"stage": stage, "config": cfg.to_dict(), "label": describe(cfg)}
+            try:
+                entry.update(_time(sets, refs, lambda i, c=cfg: gemms[i].launcher(c), bench))
+            except Exception as exc:  # noqa: BLE001
+                entry["error"] = repr(exc)[:200]
+            seen[cfg] = entry
+
+    def best(n_best: int) -> list[LtConfig]:
+        timed = sorted((e for e in seen.values() if "us" in e), key=lambda e: e["us"])
+        return [LtConfig(**e["config"]) for e in timed[:n_best]]
+
+    t0 = time.perf_counter()
+    base, stages_of = [], {}
+    for algo_id in g.algo_ids():
+        try:
+            tiles, stages = g.tiles_and_stages(algo_id)
+        except Exception:  # noqa: BLE001 - an id these types cannot initialise
+            continue
+        order = sorted(stages or [0], key=lambda s: (STAGES_FIRST.index(s)
+                                                     if s in STAGES_FIRST else 99, s))
+        stages_of[algo_id] = order
+        for tile in tiles or [0]:
+            score = _fits(tile, m, n)
+            if score <= 0:
+                continue
+            for st in order:
+                cfg = LtConfig(algo_id, tile=tile, stages=st)
+                if g.accepts(cfg):
+                    base.append((score, cfg))
+                    break
+    base = [c for _, c in sorted(base, key=lambda sc: -sc[0])]
+    row["check_s"] = round(time.perf_counter() - t0, 2)
+    row["accepted"] = len(base)
+    ranked = g.heuristics(MAX_RANK)
+    run(ranked[:1], "rank 0", QUICK)
+    run(base, "screen", QUICK, until=t0 + screen_s)
+    run([replace(c, stages=st) for c in best(keep) for st in stages_of.get(c.algo_id, ())
+         if g.accepts(replace(c, stages=st))], "stages", QUICK)
+    run([replace(c, cluster=cl) for c in best(keep) for cl in CLUSTERS
+         if g.accepts(replace(c, cluster=cl))], "clusters", QUICK)
+    run([v for c in best(keep // 2) for v in g.variants(c)], "splits", QUICK)
+    row["screened"] = len(seen)
+    row["screen_s"] = round(time.perf_counter() - t0, 1)
+    finals = best(final)
+    full = {}
+    for cfg in [ranked[0], *finals]:
+        full[cfg] = _time(sets, refs, lambda i, c=cfg: gemms[i].launcher(c))
+    winner = min((c for c in finals if "us" in full[c]), key=lambda c: full[c]["us"])
+    row["final"] = [{"config": c.to_dict(), "label": describe(c), **full[c]} for c in full]
+    lib = [lambda i=i: torch.matmul(sets[i].a, sets[i].b, out=sets[i].out) for i in range(2)]
+    win = [gemms[i].launcher(winner) for i in range(2)]
+    pairs = []
+    for _ in range(rounds):
+        pairs.append((BENCH(lib).median_us, BENCH(win).median_us))
+    cb = statistics.median(a for a, _ in pairs)
+    wb = statistics.median(b for _, b in pairs)
+    row["interleaved"] = {"cublas_us": round(cb, 3), "best_us": round(wb, 3),
+                          "speedup": round(cb / wb, 4), "best": describe(winner),
+                          "config": winner.to_dict(), "rounds": rounds}
+    row["errors"] = [e for e in seen.values() if "error" in e][:5]
+    row["top"] = sorted((e for e in seen.values() if "us" in e), key=lambda e: e["us"])[:12]
+    return row
+
+
 def main(argv: list[str]) -> None:
     out = os.environ.get("OUT", "/tmp/lt_probe")
     os.makedirs(out, exist_ok=True)
@@ -99,13 +220,18 @@ def main(argv: list[str]) -> None:
     print(json.dumps(meta), flush=True)
     for shape in shapes:
         try:
-            row = probe(shape)
+            row = (explore(shape, screen_s=float(os.environ.get("LT_SCREEN_S", "30")))
+                   if os.environ.get("LT_SPACE") else probe(shape))
         except Exception as exc:  # noqa: BLE001
             traceback.print_exc()
             row = {"shape": shape, "error": repr(exc)[:400]}
         rows.append(row)
         with open(os.path.join(out, "lt_probe.json"), "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        if "interleaved" in row:
+            print(shape, json.dumps(row["interleaved"]), "screened", row["screened"],
+                  "in", row["screen_s"], "s", flush=True)
+            continue
         cb = row.get("cublas", {}).get("us")
         r0 = (row.get("rank0") or {}).get("us")
         best = row.get("best") or {}

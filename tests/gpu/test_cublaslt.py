@@ -6,11 +6,14 @@ does not have, a split that changes nothing)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from kernel_templates.errors import InvalidConfig
 from kernel_templates.gemm.cublaslt import LtGemm, check_config, library_version, resolve
+from kernel_templates.gemm.cublaslt_tiles import tile_shape
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_for, rel_error, tolerance_for
 from search.kinds.gemm import library
@@ -94,3 +97,23 @@ def test_resolve_refuses_what_names_nothing_new() -> None:
     assert check_config({"rank": 0, "split_k": 2}) == (0, 2)
     assert library_version() >= 120000
 
+
+
+@pytest.mark.parametrize("problem", [GemmProblem(192, 6144, 1024), GemmProblem(300, 500, 700)],
+                         ids=ids)
+def test_space_lists_the_ranked_algorithm_and_other_tiles_run_correctly(
+        problem: GemmProblem) -> None:
+    inputs = make_inputs(problem, "cuda", seed=13)
+    ref = reference_for(inputs)
+    gemm = LtGemm(inputs.a, inputs.b, inputs.out)
+    first = gemm.heuristics(1)[0]
+    assert first.algo_id in gemm.algo_ids()
+    tiles, stages = gemm.tiles_and_stages(first.algo_id)
+    assert first.tile in tiles or first.tile == 0, (first, tiles)
+    assert first.stages in stages or first.stages == 0, (first, stages)
+    assert all(tile_shape(t) for t in tiles if t), tiles  # ids the tile table knows
+    others = [c for c in (replace(first, tile=t, split_k=1, reduction=0) for t in tiles)
+              if c.tile != first.tile and gemm.accepts(c)]
+    assert others, f"no other tile of algo {first.algo_id} runs {problem.describe()}"
+    for config in others[:6]:
+        _checked(problem, gemm, inputs, ref, config)

@@ -19,6 +19,7 @@ from kernel_templates.gemm.cublaslt import (
     check_config,
     describe,
 )
+from kernel_templates.gemm.cublaslt_tiles import tile_shape
 from kernel_templates.gemm.inputs import make_inputs
 from search.decision import Policy
 from search.kinds.gemm import GEMM, library
@@ -115,3 +116,13 @@ def test_describe_says_what_the_algorithm_is() -> None:
     split = describe(LtConfig(algo_id=21, tile=17, stages=18, split_k=66, reduction=2,
                               swizzle=1))
     assert "split-K 66 (reduce in fp32)" in split and "swizzled" in split
+
+
+def test_tile_ids_map_to_the_shapes_of_cublaslt_h() -> None:
+    # values of cublasLtMatmulTile_t in cublasLt.h (CUDA 13)
+    assert tile_shape(1) == (8, 8)
+    assert tile_shape(20) == (128, 128)
+    assert tile_shape(116) == (64, 192)
+    assert tile_shape(400) == (128, 80)
+    assert tile_shape(513) == (256, 256)
+    assert tile_shape(0) is None and tile_shape(10_000) is None
