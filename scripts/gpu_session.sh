@@ -11,7 +11,7 @@
 #                                           empty: no tests)
 #          PYTEST_ARGS="-m 'gpu and not slow'"  replaces the default -m gpu
 #          SHAPES="4096x4096x4096 16x4096x4096 32768x512x512"  tune shapes (empty: none)
-#          BACKENDS=cublas,cutlass,repaired,triton,...  (default: every GEMM backend)
+#          BACKENDS=cublas,cublaslt,cutlass,...  (default: every GEMM backend)
 #          TRIALS=64 (tune's custom-trial budget)
 #          GEMM_BENCH=docs/benchmarks/gemm_hard.json  also run `python -m scripts.bench gemm
 #                          --policy agent` on that shapes file (default: not); GEMM_ONLY=0,3
@@ -45,7 +45,7 @@ out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
 deadline=${DEADLINE:-540}
-backends=${BACKENDS:-cublas,cutlass,repaired,triton,triton_repair,triton_streamk,triton_skinny}
+backends=${BACKENDS:-cublas,cublaslt,cutlass,repaired,triton,triton_repair,triton_streamk,triton_skinny}
 start=$SECONDS
 rc=0
 
