@@ -147,11 +147,11 @@ def confirmation(baseline: str, other: Trial, rounds: int, other_us: float,
                  other_range: float, cublas_us: float, cublas_range: float) -> str:
     if other_us < cublas_us:
         return (f"Interleaved over {rounds} rounds, {other.backend} took {other_us:.2f} us "
-                f"(range {other_range:.2f}) and {baseline} {cublas_us:.2f} us (range "
+                f"(spread {other_range:.2f}) and {baseline} {cublas_us:.2f} us (spread "
                 f"{cublas_range:.2f}): {cublas_us / other_us:.3f}x, {other.backend} is the "
                 "library's pick.")
-    return (f"Interleaved over {rounds} rounds, {baseline} took {cublas_us:.2f} us (range "
-            f"{cublas_range:.2f}) and {other.backend} {other_us:.2f} us (range "
+    return (f"Interleaved over {rounds} rounds, {baseline} took {cublas_us:.2f} us (spread "
+            f"{cublas_range:.2f}) and {other.backend} {other_us:.2f} us (spread "
             f"{other_range:.2f}): {baseline} is the library's pick.")
 
 

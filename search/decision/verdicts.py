@@ -4,8 +4,11 @@ spend and rationale (whose sentences are :mod:`search.decision.rationale`'s).
 Verdict 1 (:func:`decide_library_sufficient`, :func:`decide_no_custom`) keeps the library on
 the roofline's word or for want of a custom tier. Verdict 2 (:func:`decide_after_search`)
 adopts a custom kernel only when it beats the library by more than the measured spread; ties
-go to the library. :func:`confirmed` rewrites a decision that keeps the library with the pick
-its interleaved confirmation against cuBLAS made.
+go to the library. The spread of interleaved rounds leaves out each side's fastest and slowest
+round when there are five or more (:func:`_range`): one disturbed round (a clock dip, another
+process on the GPU) must not turn a clear gap into a tie, nor a tie into a win.
+:func:`confirmed` rewrites a decision that keeps the library with the pick its interleaved
+confirmation against cuBLAS made.
 """
 
 from __future__ import annotations
@@ -26,7 +29,12 @@ __all__ = ["confirmed", "decide_after_search", "decide_library_sufficient", "dec
 
 
 def _range(xs: Sequence[float]) -> float:
-    return (max(xs) - min(xs)) if xs else 0.0
+    """The spread of a side's round medians: their range, without the fastest and the slowest
+    round once there are at least five (the median is the middle round either way)."""
+    s = sorted(xs)
+    if len(s) >= 5:
+        s = s[1:-1]
+    return (s[-1] - s[0]) if s else 0.0
 
 
 def _spread(t: Trial) -> float:

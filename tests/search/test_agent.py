@@ -440,7 +440,8 @@ def test_a_sufficient_library_confirms_its_pick_against_cublas_interleaved() -> 
     dec = d.decision
     assert dec.verdict == Verdict.LIBRARY_SUFFICIENT and not dec.verified
     assert dec.library is not None and dec.library.backend == "cutlass"
-    assert dec.library.median_us == 1402.0 and dec.library.spread_us == 1487.0 - 1398.0
+    # the spread is the range of the middle rounds: 1487 and 1398 are left out
+    assert dec.library.median_us == 1402.0 and dec.library.spread_us == 1422.0 - 1402.0
     assert dec.reference is not None and dec.reference.median_us == 1541.0
     # the speed-up over cuBLAS comes from the one set of rounds, not from the stage timings
     assert dec.speedup_vs_baseline == pytest.approx(1541.0 / 1402.0)
@@ -523,3 +524,21 @@ def test_a_search_without_verdict_two_confirms_the_library_pick_too() -> None:
     assert dec.speedup == 1.0 and dec.speedup_vs_baseline == pytest.approx(2100.0 / 1952.0)
     assert "too far behind" in dec.rationale and "Interleaved over 5 rounds" in dec.rationale
     assert "verification failed" not in dec.rationale
+
+
+def test_one_disturbed_round_does_not_turn_a_clear_gap_into_a_tie() -> None:
+    # FAKE rounds modelled on an H100 job (2026-11-27, 999x2047x1537): medians 25.3 us
+    # (custom) and 32.1 us (library), one round's spread over 700 us. The medians decide, and
+    # the spread leaves out each side's extreme round.
+    v = Verification(1, 2, "ok", library_us=(32.1, 32.0, 32.2, 749.5, 32.1),
+                     custom_us=(25.3, 25.2, 25.4, 25.3, 25.3))
+    d = plan(_finished_evidence(v)).actions[-1]
+    assert isinstance(d, Decide)
+    assert d.decision.verdict == Verdict.CUSTOM_WINS, d.decision.rationale
+    assert d.decision.library.spread_us == pytest.approx(0.1)
+    # a gap inside the middle rounds' spread is still a tie
+    v2 = Verification(1, 2, "ok", library_us=(32.1, 30.0, 33.4, 749.5, 32.1),
+                      custom_us=(31.9, 30.2, 33.0, 31.5, 31.8))
+    d2 = plan(_finished_evidence(v2)).actions[-1]
+    assert d2.decision.verdict == Verdict.LIBRARY_WINS_AFTER_SEARCH
+    assert "tie" in d2.decision.rationale

@@ -97,8 +97,8 @@ def test_a_tie_in_the_verification_goes_to_the_library(client: TestClient,
     assert len(v["library_us"]) == len(v["custom_us"]) == v["rounds"] == rounds >= 5
     assert v["library_id"] == d["library"]["candidate_id"]
     assert v["custom_id"] == d["custom"]["candidate_id"]
-    assert d["library"]["spread_us"] == pytest.approx(
-        max(v["library_us"]) - min(v["library_us"]))
+    middle = sorted(v["library_us"])[1:-1]  # the spread leaves out the extreme rounds
+    assert d["library"]["spread_us"] == pytest.approx(max(middle) - min(middle))
 
 
 def test_a_wrong_result_on_the_recheck_keeps_the_library(client: TestClient,
