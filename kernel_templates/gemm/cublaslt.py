@@ -46,7 +46,7 @@ _LAYOUT_BATCH_COUNT, _LAYOUT_BATCH_STRIDE = 5, 6
 _PREF_MAX_WORKSPACE = 1
 # cublasLtMatmulAlgoCapAttributes_t
 _CAP_SPLITK, _CAP_REDUCTION_MASK, _CAP_SWIZZLING = 0, 1, 2
-_CAP_TILE_IDS, _CAP_STAGES_IDS = 6, 13
+_CAP_TILE_IDS, _CAP_CUSTOM_MAX, _CAP_STAGES_IDS = 6, 7, 13
 # cublasLtMatmulAlgoConfigAttributes_t: (attribute, ctype) in LtConfig's field order
 _CONFIG_ATTRS = (
     ("algo_id", 0, ctypes.c_int32),
@@ -354,6 +354,10 @@ class LtGemm:
         to choose: cuBLASLt then picks)."""
         algo = self._algo_of(LtConfig(algo_id))
         return self._cap_ids(algo, _CAP_TILE_IDS), self._cap_ids(algo, _CAP_STAGES_IDS)
+
+    def custom_options(self, algo_id: int) -> int:
+        """How many custom options algorithm ``algo_id`` has (``0 .. CUSTOM_OPTION_MAX``)."""
+        return self._cap(self._algo_of(LtConfig(algo_id)), _CAP_CUSTOM_MAX) + 1
 
     def accepts(self, config: LtConfig) -> bool:
         """Whether cuBLASLt runs ``config`` on these tensors within the workspace."""

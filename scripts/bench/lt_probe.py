@@ -9,11 +9,12 @@ re-measurement of the best is what the service's verification does.
     OUT=DIR python -m scripts.bench.lt_probe [MxNxK ...]
     LT_SPACE=1 [LT_SCREEN_S=30] OUT=DIR python -m scripts.bench.lt_probe [MxNxK ...]
 
-``LT_SPACE=1`` searches cuBLASLt's whole configuration space instead of the heuristic's list:
-every algorithm and tile it accepts for the shape (tiles that pad either side by more than a
-third left out; best-filling first) at its first accepted stages count, screened with a short
-timing; then every stages count, cluster shape, K split and swizzling of the best; then the
-best ten timed in full and the winner re-measured interleaved with ``torch.matmul``.
+``LT_SPACE=1`` searches cuBLASLt's configuration space around the heuristic's list: the ranked
+configurations, then every algorithm and tile it accepts for the shape (tiles that pad either
+side by more than a third left out; best-filling first) at its first accepted stages count,
+screened with a short timing; then every custom option, stages count, cluster shape, K split
+and swizzling of the best; then the best ten timed in full and the winner re-measured
+interleaved with ``torch.matmul``.
 
 Writes ``$OUT/lt_probe.json`` and prints one line per shape.
 """
@@ -125,9 +126,10 @@ STAGES_FIRST = (35, 34, 36, 33, 37, 32, 38, 0)
 
 def explore(shape: str, keep: int = 12, final: int = 10, rounds: int = 5,
             screen_s: float = 60.0) -> dict:
-    """Every (algorithm, tile) cuBLASLt accepts for the shape at its first accepted stages
-    count, screened (best-filling tiles first, for at most ``screen_s``); every stages count
-    of the best ``keep``; then cluster shapes, K splits and swizzling of the best; the best
+    """The heuristic's ranked configurations, then every (algorithm, tile) cuBLASLt accepts for
+    the shape at its first accepted stages count, screened (best-filling tiles first, for at
+    most ``screen_s``); every custom option and stages count of the best ``keep``; then cluster
+    shapes, K splits and swizzling of the best; the best
     ``final`` timed in full; the winner re-measured interleaved with ``torch.matmul``."""
     m, n, k = map(int, shape.split("x"))
     p = GemmProblem(m=m, n=n, k=k)
@@ -180,7 +182,10 @@ def explore(shape: str, keep: int = 12, final: int = 10, rounds: int = 5,
     row["accepted"] = len(base)
     ranked = g.heuristics(MAX_RANK)
     run(ranked[:1], "rank 0", QUICK)
+    run(ranked[1:], "ranked", QUICK)
     run(base, "screen", QUICK, until=t0 + screen_s)
+    run([replace(c, custom=o) for c in best(keep) for o in range(g.custom_options(c.algo_id))
+         if g.accepts(replace(c, custom=o))], "custom options", QUICK)
     run([replace(c, stages=st) for c in best(keep) for st in stages_of.get(c.algo_id, ())
          if g.accepts(replace(c, stages=st))], "stages", QUICK)
     run([replace(c, cluster=cl) for c in best(keep) for cl in CLUSTERS
