@@ -112,6 +112,7 @@ def test_space_lists_the_ranked_algorithm_and_other_tiles_run_correctly(
     assert first.tile in tiles or first.tile == 0, (first, tiles)
     assert first.stages in stages or first.stages == 0, (first, stages)
     assert all(tile_shape(t) for t in tiles if t), tiles  # ids the tile table knows
+    assert 0 <= first.custom < gemm.custom_options(first.algo_id)
     others = [c for c in (replace(first, tile=t, split_k=1, reduction=0) for t in tiles)
               if c.tile != first.tile and gemm.accepts(c)]
     assert others, f"no other tile of algo {first.algo_id} runs {problem.describe()}"
