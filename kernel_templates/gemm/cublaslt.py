@@ -15,9 +15,12 @@ transposed or not by its own layout. The library is the one torch loaded (found 
 Configurations (``LtConfig``) are plain integers, as ``cublasLtMatmulAlgoConfigSetAttribute``
 takes them; ``describe`` turns one into words. A ``cublaslt`` candidate's configuration names an
 algorithm by its place in the heuristic's ranking for the problem (``{"rank": 2}``), optionally
-re-split along K (``{"rank": 0, "split_k": 1}``): the service, which cannot ask cuBLASLt,
-plans them, and a worker resolves them (:func:`resolve`) against the cuBLAS it runs, whose
-version the measurement's environment records.
+re-split along K (``{"rank": 0, "split_k": 1}``) or with another thread-block cluster shape or
+custom option (``{"rank": 0, "cluster": "1x1", "custom": 1}``): the heuristic's own pick of
+those two is sometimes far off (on one mid-m shape the first algorithm with a 1x1 cluster is
+1.27x faster than as ranked). The service, which cannot ask cuBLASLt, plans them, and a worker
+resolves them (:func:`resolve`) against the cuBLAS it runs, whose version the measurement's
+environment records.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ import torch
 from kernel_templates.configs import check_keys
 from kernel_templates.errors import InvalidConfig, LaunchError, Unsupported
 
-__all__ = ["MAX_RANK", "MAX_SPLIT_K", "LtConfig", "LtGemm", "check_config", "describe",
-           "library_version", "resolve"]
+__all__ = ["CLUSTERS", "MAX_RANK", "MAX_SPLIT_K", "LtConfig", "LtGemm", "check_config",
+           "describe", "library_version", "overrides", "resolve"]
 
 _OP_N, _OP_T = 0, 1
 _COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
@@ -65,6 +68,8 @@ WORKSPACE_BYTES = 32 << 20
 MAX_RANK = 16
 #: The largest K split a configuration may ask for.
 MAX_SPLIT_K = 64
+#: Thread-block cluster shapes a configuration may set (``cublasLtClusterShape_t`` ids).
+CLUSTERS = {"auto": 0, "1x1": 2, "2x1": 3, "4x1": 4, "1x2": 5, "2x2": 6, "1x4": 8}
 
 
 class _Algo(ctypes.Structure):
@@ -434,31 +439,60 @@ class LtGemm:
 
 def check_config(config: dict) -> tuple[int, int | None]:
     """A ``cublaslt`` configuration's ``(rank, split_k)`` (``split_k`` None: the algorithm's
-    own); ``InvalidConfig`` names the key and the rule it breaks."""
-    check_keys(config, ("rank",), ("split_k",))
+    own); ``InvalidConfig`` names the key and the rule it breaks (``cluster`` and ``custom``
+    are checked too: :func:`overrides` reads them)."""
+    check_keys(config, ("rank",), ("split_k", "cluster", "custom"))
     rank, split = config["rank"], config.get("split_k")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < MAX_RANK:
         raise InvalidConfig(f"rank must be an integer in [0, {MAX_RANK}), got {rank!r}")
     if split is not None and (isinstance(split, bool) or not isinstance(split, int)
                               or not 1 <= split <= MAX_SPLIT_K):
         raise InvalidConfig(f"split_k must be an integer in [1, {MAX_SPLIT_K}], got {split!r}")
+    overrides(config)
     return rank, split
+
+
+def overrides(config: dict) -> dict[str, int]:
+    """The ``LtConfig`` fields a configuration sets on its ranked algorithm besides the split:
+    ``cluster`` (a thread-block cluster shape, ``"2x1"``: :data:`CLUSTERS`) and ``custom`` (the
+    algorithm's custom option, an integer the worker checks against the algorithm's range)."""
+    out: dict[str, int] = {}
+    if "cluster" in config:
+        cluster = config["cluster"]
+        if cluster not in CLUSTERS:
+            raise InvalidConfig(f"cluster must be one of {sorted(CLUSTERS)}, got {cluster!r}")
+        out["cluster"] = CLUSTERS[cluster]
+    if "custom" in config:
+        custom = config["custom"]
+        if isinstance(custom, bool) or not isinstance(custom, int) or not 0 <= custom < 64:
+            raise InvalidConfig(f"custom must be an integer in [0, 64), got {custom!r}")
+        out["custom"] = custom
+    return out
 
 
 def resolve(gemm: LtGemm, config: dict) -> LtConfig:
     """The algorithm configuration a ``cublaslt`` candidate's ``config`` names for ``gemm``'s
-    tensors. ``InvalidConfig`` when the heuristic ranks fewer algorithms, when ``split_k`` is
-    the ranked algorithm's own (the plain rank measures that one), or when cuBLASLt does not
-    run the re-split algorithm."""
+    tensors: the heuristic's ``rank``, re-split along K (``split_k``), then with its cluster
+    shape or custom option replaced (``cluster``, ``custom``). ``InvalidConfig`` when the
+    heuristic ranks fewer algorithms, when a requested value is the ranked algorithm's own (the
+    plain rank measures that one), or when cuBLASLt does not run the result."""
     rank, split = check_config(config)
+    fields = overrides(config)
     ranked = gemm.heuristics(MAX_RANK)
     if rank >= len(ranked):
         raise InvalidConfig(f"cuBLASLt ranks {len(ranked)} algorithms for this problem; "
                             f"rank {rank} does not exist")
     chosen = ranked[rank]
-    if split is None:
-        return chosen
-    if split == chosen.split_k:
-        raise InvalidConfig(f"rank {rank} already runs split-K {split}: the same algorithm "
-                            "as the plain rank")
-    return gemm.resplit(chosen, split)
+    for name, value in [("split_k", split), *fields.items()]:
+        if value is not None and getattr(chosen, name) == value:
+            raise InvalidConfig(f"rank {rank} already runs {name} {config[name]}: the same "
+                                "algorithm as the plain rank")
+    if split is not None:
+        chosen = gemm.resplit(chosen, split)
+    if fields:
+        if "custom" in fields and fields["custom"] >= gemm.custom_options(chosen.algo_id):
+            raise InvalidConfig(f"custom must be below {gemm.custom_options(chosen.algo_id)} "
+                                f"for cuBLASLt algo {chosen.algo_id}, got {fields['custom']}")
+        chosen = replace(chosen, **fields)
+        gemm.check(chosen)
+    return chosen

@@ -12,7 +12,13 @@ import pytest
 import torch
 
 from kernel_templates.errors import InvalidConfig
-from kernel_templates.gemm.cublaslt import LtGemm, check_config, library_version, resolve
+from kernel_templates.gemm.cublaslt import (
+    LtGemm,
+    check_config,
+    library_version,
+    overrides,
+    resolve,
+)
 from kernel_templates.gemm.cublaslt_tiles import tile_shape
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_for, rel_error, tolerance_for
@@ -73,8 +79,11 @@ def test_backend_runs_the_library_plan_through_the_worker_path(problem: GemmProb
     for config in library.cublaslt_configs(problem):
         got = Measurement.from_dict(execute(Candidate(problem, "cublaslt", config).to_dict(),
                                             OPTS))
-        if got.status == Status.INVALID:  # a rank the heuristic lacks, or already unsplit
-            assert got.error and ("rank" in got.error), got.error
+        if got.status == Status.INVALID:
+            # a rank the heuristic lacks, a setting the rank already has, an option or a
+            # cluster its algorithm lacks
+            assert got.error and any(w in got.error for w in (
+                "rank", "custom must be below", "cuBLASLt does not run")), got.error
             continue
         assert got.status == Status.OK, (config, got.error)
         assert got.median_us and got.median_us > 0
@@ -118,3 +127,24 @@ def test_space_lists_the_ranked_algorithm_and_other_tiles_run_correctly(
     assert others, f"no other tile of algo {first.algo_id} runs {problem.describe()}"
     for config in others[:6]:
         _checked(problem, gemm, inputs, ref, config)
+
+
+def test_cluster_and_custom_overrides_replace_only_those_fields() -> None:
+    problem = GemmProblem(320, 4096, 1536)  # a mid-m shape: the heuristic picks a cluster
+    inputs = make_inputs(problem, "cuda", seed=17)
+    ref = reference_for(inputs)
+    gemm = LtGemm(inputs.a, inputs.b, inputs.out)
+    first = gemm.heuristics(1)[0]
+    ran = 0
+    for config in ({"rank": 0, "cluster": "1x1"}, {"rank": 0, "cluster": "2x1", "custom": 1},
+                   {"rank": 0, "custom": 1}):
+        try:
+            got = resolve(gemm, config)
+        except InvalidConfig as exc:  # the rank's own setting, or one its algorithm lacks
+            assert any(w in str(exc) for w in ("already runs", "custom must be below",
+                                               "does not run")), exc
+            continue
+        assert got == replace(first, **overrides(config)), (config, first, got)
+        _checked(problem, gemm, inputs, ref, got)
+        ran += 1
+    assert ran >= 1, f"no override of {first} ran"

@@ -12,12 +12,14 @@ from kernel_templates.errors import InvalidConfig, Unsupported
 from kernel_templates.gemm.cublaslt import (
     _OP_N,
     _OP_T,
+    CLUSTERS,
     MAX_RANK,
     LtConfig,
     LtGemm,
     _operand_layout,
     check_config,
     describe,
+    overrides,
 )
 from kernel_templates.gemm.cublaslt_tiles import tile_shape
 from kernel_templates.gemm.inputs import make_inputs
@@ -31,7 +33,9 @@ from search.types import Candidate, Device
     ({}, "lacks"), ({"rank": 0, "tile": 3}, "unknown"), ({"rank": -1}, "rank"),
     ({"rank": MAX_RANK}, "rank"), ({"rank": True}, "rank"), ({"rank": 1.0}, "rank"),
     ({"rank": 0, "split_k": 0}, "split_k"), ({"rank": 0, "split_k": 65}, "split_k"),
-    ({"rank": 0, "split_k": "2"}, "split_k")])
+    ({"rank": 0, "split_k": "2"}, "split_k"), ({"rank": 0, "cluster": "3x3"}, "cluster"),
+    ({"rank": 0, "cluster": 2}, "cluster"), ({"rank": 0, "custom": -1}, "custom"),
+    ({"rank": 0, "custom": 64}, "custom"), ({"rank": 0, "custom": True}, "custom")])
 def test_a_bad_config_is_refused_naming_the_key(config: dict, field: str) -> None:
     with pytest.raises(InvalidConfig, match=field):
         check_config(config)
@@ -41,6 +45,10 @@ def test_good_configs() -> None:
     assert check_config({"rank": 3}) == (3, None)
     assert check_config({"rank": 0, "split_k": 1}) == (0, 1)
     assert check_config({"rank": MAX_RANK - 1, "split_k": 64}) == (MAX_RANK - 1, 64)
+    assert check_config({"rank": 0, "cluster": "1x1", "custom": 1}) == (0, None)
+    assert overrides({"rank": 0, "cluster": "2x1", "custom": 5}) == {"cluster": 3, "custom": 5}
+    assert overrides({"rank": 1, "split_k": 2}) == {}
+    assert CLUSTERS["1x1"] == 2 and CLUSTERS["auto"] == 0  # cublasLtClusterShape_t ids
 
 
 def test_operands_map_onto_the_transposed_column_major_product() -> None:
@@ -100,7 +108,11 @@ def test_the_library_stage_plans_the_ranked_algorithms() -> None:
     lt = [c for b, c in plan.configs if b == "cublaslt"]
     assert plan.configs[0] == ("cublas", {})  # cuBLAS's own pick stays the baseline, first
     assert lt == [*({"rank": r} for r in library.CUBLASLT_RANKS),
-                  *({"rank": r, "split_k": 1} for r in library.CUBLASLT_UNSPLIT)]
+                  *({"rank": r, "split_k": 1} for r in library.CUBLASLT_UNSPLIT),
+                  *library.CUBLASLT_REFIT]
+    # the first two ranks with a 1x1 and a 2x1 cluster, each with its own custom option and 1
+    assert {"rank": 0, "cluster": "1x1"} in lt and {"rank": 1, "cluster": "2x1", "custom": 1} in lt
+    assert len(library.CUBLASLT_REFIT) == 8
     assert all(check_config(c) for c in lt)
     without = GEMM.library_plan(p, Policy(), ["cublas", "triton"], "H100", lambda _: None, 6)
     assert not any(b == "cublaslt" for b, _ in without.configs)

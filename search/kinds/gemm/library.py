@@ -2,9 +2,10 @@
 measures (and, for CUTLASS, searches).
 
 cuBLASLt ranks several algorithms for a problem and ``torch.matmul`` runs its first; the
-library stage also measures the next few (:data:`CUBLASLT_RANKS`) and the first few run
-without a K split (:data:`CUBLASLT_UNSPLIT`), as ``cublaslt`` candidates that a worker resolves
-against its own cuBLAS (:func:`cublaslt_configs`).
+library stage also measures the next few (:data:`CUBLASLT_RANKS`), the first few run without a
+K split (:data:`CUBLASLT_UNSPLIT`) and the first two with other cluster shapes and a custom
+option (:data:`CUBLASLT_REFIT`), as ``cublaslt`` candidates that a worker resolves against its
+own cuBLAS (:func:`cublaslt_configs`).
 
 The service never enumerates CUTLASS (that needs ``cutlass_library``, a GPU host's extra): a
 worker that offers CUTLASS declares its operation catalogue when it registers
@@ -32,8 +33,8 @@ from search.kinds.gemm import cutlass_space
 from search.kinds.gemm.cutlass_catalogue import Catalogue, OpSpec, filter_ops
 from search.kinds.gemm.spec import GemmProblem
 
-__all__ = ["CUBLASLT_RANKS", "CUBLASLT_UNSPLIT", "CUTLASS_CATALOGUE", "clear_cache",
-           "cublaslt_configs", "cutlass_configs", "cutlass_ops", "decode"]
+__all__ = ["CUBLASLT_RANKS", "CUBLASLT_REFIT", "CUBLASLT_UNSPLIT", "CUTLASS_CATALOGUE",
+           "clear_cache", "cublaslt_configs", "cutlass_configs", "cutlass_ops", "decode"]
 
 log = logging.getLogger("kernelsearch.agent")
 
@@ -46,6 +47,12 @@ CUTLASS_CATALOGUE = "gemm/cutlass"
 CUBLASLT_RANKS = (1, 2, 3, 4, 5)
 #: The ranks also measured without a K split (a worker refuses one already unsplit).
 CUBLASLT_UNSPLIT = (0, 1, 2)
+#: The ranks also measured with a 1x1 or 2x1 thread-block cluster, with their own custom
+#: option and with option 1 (a worker refuses a setting the rank already has, or one its
+#: algorithm lacks): the heuristic's cluster pick is sometimes far off
+#: (docs/benchmarks/cublaslt_space_h100_2026-11-27.md).
+CUBLASLT_REFIT = tuple({"rank": r, "cluster": c, **extra} for r in (0, 1)
+                       for c in ("1x1", "2x1") for extra in ({}, {"custom": 1}))
 
 _CACHE_SIZE = 256
 _Answer = tuple[tuple[dict[str, Any], ...], str | None]
@@ -99,13 +106,14 @@ def cutlass_configs(problem: GemmProblem, gpu_model: str | None, n: int,
     return answer
 
 
-def cublaslt_configs(problem: GemmProblem) -> tuple[dict[str, int], ...]:
+def cublaslt_configs(problem: GemmProblem) -> tuple[dict[str, int | str], ...]:
     """The ``cublaslt`` candidates of ``problem``'s library stage; none for the products it
     does not serve (fp8, or an output dtype other than the inputs')."""
     if problem.scaled or problem.out_dtype != problem.dtype:
         return ()
     return (*({"rank": r} for r in CUBLASLT_RANKS),
-            *({"rank": r, "split_k": 1} for r in CUBLASLT_UNSPLIT))
+            *({"rank": r, "split_k": 1} for r in CUBLASLT_UNSPLIT),
+            *(dict(c) for c in CUBLASLT_REFIT))
 
 
 def clear_cache() -> None:
