@@ -483,10 +483,11 @@ def resolve(gemm: LtGemm, config: dict) -> LtConfig:
         raise InvalidConfig(f"cuBLASLt ranks {len(ranked)} algorithms for this problem; "
                             f"rank {rank} does not exist")
     chosen = ranked[rank]
+    words = {"split_k": "split-K", "cluster": "cluster", "custom": "custom option"}
     for name, value in [("split_k", split), *fields.items()]:
         if value is not None and getattr(chosen, name) == value:
-            raise InvalidConfig(f"rank {rank} already runs {name} {config[name]}: the same "
-                                "algorithm as the plain rank")
+            raise InvalidConfig(f"rank {rank} already runs {words[name]} {config[name]}: the "
+                                "same algorithm as the plain rank")
     if split is not None:
         chosen = gemm.resplit(chosen, split)
     if fields:
