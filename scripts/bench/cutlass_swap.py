@@ -122,7 +122,8 @@ def probe(cache_dir: str, shapes: list[str]) -> int:
     from kernel_templates.gemm.cutlass.compile import CutlassCache, toolchain
     from kernel_templates.gemm.cutlass.runtime import CutlassKernel
     from kernel_templates.gemm.inputs import make_inputs
-    from kernel_templates.gemm.reference import reference_for, rel_error
+    from kernel_templates.gemm.reference import reference_for
+    from scripts.bench.checked import checked_timing
     from search.kinds.gemm.spec import GemmProblem
     from workers.bench import EventBench
 
@@ -147,14 +148,7 @@ def probe(cache_dir: str, shapes: list[str]) -> int:
 
         def timed(make, sets=sets, refs=refs) -> dict[str, Any]:
             calls = [make(s) for s in sets]
-            sets[0].out.fill_(float("nan"))
-            calls[0]()
-            torch.cuda.synchronize()
-            err = rel_error(sets[0].out, refs[0])
-            if not err < 2e-2:
-                return {"error": f"wrong result: rel_error {err}"}
-            t = bench(calls)
-            return {"us": round(t.median_us, 3), "err": err, "calls": calls}
+            return {**checked_timing(sets, refs, calls, bench), "calls": calls}
 
         lib = lambda s: (lambda: torch.matmul(s.a, s.b, out=s.out))  # noqa: E731
         row: dict[str, Any] = {"shape": shape, "cublas": timed(lib), "ops": []}

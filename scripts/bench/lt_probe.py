@@ -35,7 +35,8 @@ import torch
 from kernel_templates.gemm.cublaslt import MAX_RANK, LtConfig, LtGemm, describe, library_version
 from kernel_templates.gemm.cublaslt_tiles import tile_shape
 from kernel_templates.gemm.inputs import make_inputs
-from kernel_templates.gemm.reference import reference_for, rel_error
+from kernel_templates.gemm.reference import reference_for
+from scripts.bench.checked import checked_timing
 from search.kinds.gemm.spec import GemmProblem
 from workers.bench import EventBench
 
@@ -46,16 +47,7 @@ BENCH = EventBench(max_reps=200, target_ms=10.0, warmup_ms=5.0)
 
 
 def _time(sets, refs, make, bench=BENCH) -> dict:
-    calls = [make(i) for i in range(len(sets))]
-    sets[0].out.fill_(float("nan"))
-    calls[0]()
-    torch.cuda.synchronize()
-    err = rel_error(sets[0].out, refs[0])
-    if not err < 2e-2:
-        return {"error": f"wrong result: rel_error {err}"}
-    t = bench(calls)
-    return {"us": round(t.median_us, 3), "p20": round(t.p20_us, 3), "p80": round(t.p80_us, 3),
-            "err": err}
+    return checked_timing(sets, refs, [make(i) for i in range(len(sets))], bench)
 
 
 def probe(shape: str, top: int = 4) -> dict:
