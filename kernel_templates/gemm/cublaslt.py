@@ -459,7 +459,7 @@ def overrides(config: dict) -> dict[str, int]:
     out: dict[str, int] = {}
     if "cluster" in config:
         cluster = config["cluster"]
-        if cluster not in CLUSTERS:
+        if not isinstance(cluster, str) or cluster not in CLUSTERS:
             raise InvalidConfig(f"cluster must be one of {sorted(CLUSTERS)}, got {cluster!r}")
         out["cluster"] = CLUSTERS[cluster]
     if "custom" in config:

@@ -34,7 +34,8 @@ from search.types import Candidate, Device
     ({"rank": MAX_RANK}, "rank"), ({"rank": True}, "rank"), ({"rank": 1.0}, "rank"),
     ({"rank": 0, "split_k": 0}, "split_k"), ({"rank": 0, "split_k": 65}, "split_k"),
     ({"rank": 0, "split_k": "2"}, "split_k"), ({"rank": 0, "cluster": "3x3"}, "cluster"),
-    ({"rank": 0, "cluster": 2}, "cluster"), ({"rank": 0, "custom": -1}, "custom"),
+    ({"rank": 0, "cluster": 2}, "cluster"), ({"rank": 0, "cluster": [2, 1]}, "cluster"),
+    ({"rank": 0, "custom": -1}, "custom"),
     ({"rank": 0, "custom": 64}, "custom"), ({"rank": 0, "custom": True}, "custom")])
 def test_a_bad_config_is_refused_naming_the_key(config: dict, field: str) -> None:
     with pytest.raises(InvalidConfig, match=field):
