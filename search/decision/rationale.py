@@ -144,15 +144,15 @@ def confirmation_failed(baseline: str, other: Trial, v: Verification) -> str:
 
 
 def confirmation(baseline: str, other: Trial, rounds: int, other_us: float,
-                 other_range: float, cublas_us: float, cublas_range: float) -> str:
+                 other_spread: float, cublas_us: float, cublas_spread: float) -> str:
     if other_us < cublas_us:
         return (f"Interleaved over {rounds} rounds, {other.backend} took {other_us:.2f} us "
-                f"(spread {other_range:.2f}) and {baseline} {cublas_us:.2f} us (spread "
-                f"{cublas_range:.2f}): {cublas_us / other_us:.3f}x, {other.backend} is the "
+                f"(spread {other_spread:.2f}) and {baseline} {cublas_us:.2f} us (spread "
+                f"{cublas_spread:.2f}): {cublas_us / other_us:.3f}x, {other.backend} is the "
                 "library's pick.")
     return (f"Interleaved over {rounds} rounds, {baseline} took {cublas_us:.2f} us (spread "
-            f"{cublas_range:.2f}) and {other.backend} {other_us:.2f} us (spread "
-            f"{other_range:.2f}): {baseline} is the library's pick.")
+            f"{cublas_spread:.2f}) and {other.backend} {other_us:.2f} us (spread "
+            f"{other_spread:.2f}): {baseline} is the library's pick.")
 
 
 # -- after a custom search ---------------------------------------------------------------------

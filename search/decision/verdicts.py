@@ -5,8 +5,8 @@ Verdict 1 (:func:`decide_library_sufficient`, :func:`decide_no_custom`) keeps th
 the roofline's word or for want of a custom tier. Verdict 2 (:func:`decide_after_search`)
 adopts a custom kernel only when it beats the library by more than the measured spread; ties
 go to the library. The spread of interleaved rounds leaves out each side's fastest and slowest
-round when there are five or more (:func:`_range`): one disturbed round (a clock dip, another
-process on the GPU) must not turn a clear gap into a tie, nor a tie into a win.
+round when there are five or more (:func:`_rounds_spread`): one disturbed round (a clock dip,
+another process on the GPU) must not turn a clear gap into a tie, nor a tie into a win.
 :func:`confirmed` rewrites a decision that keeps the library with the pick its interleaved
 confirmation against cuBLAS made.
 """
@@ -28,7 +28,7 @@ __all__ = ["confirmed", "decide_after_search", "decide_library_sufficient", "dec
            "with_notes"]
 
 
-def _range(xs: Sequence[float]) -> float:
+def _rounds_spread(xs: Sequence[float]) -> float:
     """The spread of a side's round medians: their range, without the fastest and the slowest
     round once there are at least five (the median is the middle round either way)."""
     s = sorted(xs)
@@ -189,12 +189,12 @@ def _interleaved(ev: Evidence, rf: Roofline | None, lib: Trial, cus: Trial, v: V
     faster than the library's pick there, becomes the library's side."""
     said: list[str] = []
     lm, cm = statistics.median(v.library_us), statistics.median(v.custom_us)
-    ls, cs = _range(v.library_us), _range(v.custom_us)
+    ls, cs = _rounds_spread(v.library_us), _rounds_spread(v.custom_us)
     lib_pick, cus_pick = _pick(lib, rf, lm, ls), _pick(cus, rf, cm, cs)
     reference: Pick | None = None
     ref = next((t for t in ev.library if t.id == v.reference_id), None)
     if ref is not None and v.reference_us:
-        rm, rs = statistics.median(v.reference_us), _range(v.reference_us)
+        rm, rs = statistics.median(v.reference_us), _rounds_spread(v.reference_us)
         reference = _pick(ref, rf, rm, rs)
         if rm < lm:  # interleaved, cuBLAS beat the pick the stage timings made
             said.append(rationale.reference_faster(ref, rm, lib, lm))
@@ -251,9 +251,9 @@ def confirmed(d: Decision, rf: Roofline | None, pair: tuple[Trial, Trial], v: Ve
         return replace(d, library=_pick(cublas, rf), reference=None,
                        rationale=f"{d.rationale} "
                                  f"{rationale.confirmation_failed(baseline, other, v)}")
-    om, orng = statistics.median(v.library_us), _range(v.library_us)
-    cm, crng = statistics.median(v.reference_us), _range(v.reference_us)
-    ref = _pick(cublas, rf, cm, crng)
-    pick = _pick(other, rf, om, orng) if om < cm else ref
-    said = rationale.confirmation(baseline, other, len(v.library_us), om, orng, cm, crng)
+    om, ospread = statistics.median(v.library_us), _rounds_spread(v.library_us)
+    cm, cspread = statistics.median(v.reference_us), _rounds_spread(v.reference_us)
+    ref = _pick(cublas, rf, cm, cspread)
+    pick = _pick(other, rf, om, ospread) if om < cm else ref
+    said = rationale.confirmation(baseline, other, len(v.library_us), om, ospread, cm, cspread)
     return replace(d, library=pick, reference=ref, rationale=f"{d.rationale} {said}")
