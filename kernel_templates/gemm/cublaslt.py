@@ -16,11 +16,10 @@ Configurations (``LtConfig``) are plain integers, as ``cublasLtMatmulAlgoConfigS
 takes them; ``describe`` turns one into words. A ``cublaslt`` candidate's configuration names an
 algorithm by its place in the heuristic's ranking for the problem (``{"rank": 2}``), optionally
 re-split along K (``{"rank": 0, "split_k": 1}``) or with another thread-block cluster shape or
-custom option (``{"rank": 0, "cluster": "1x1", "custom": 1}``): the heuristic's own pick of
-those two is sometimes far off (on one mid-m shape the first algorithm with a 1x1 cluster is
-1.27x faster than as ranked). The service, which cannot ask cuBLASLt, plans them, and a worker
-resolves them (:func:`resolve`) against the cuBLAS it runs, whose version the measurement's
-environment records.
+custom option (``{"rank": 0, "cluster": "1x1", "custom": 1}``), since the heuristic's own pick
+of those two is sometimes far off (docs/benchmarks/cublaslt_space_h100_2026-11-27.md). The
+service, which cannot ask cuBLASLt, plans them, and a worker resolves them (:func:`resolve`)
+against the cuBLAS it runs, whose version the measurement's environment records.
 """
 
 from __future__ import annotations
