@@ -27,12 +27,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+import weakref
 from dataclasses import asdict, dataclass, replace
 
 import torch
 
 from kernel_templates.configs import check_keys
 from kernel_templates.errors import InvalidConfig, LaunchError, Unsupported
+from kernel_templates.gemm.cublaslt_tiles import tile_shape
 
 __all__ = ["CLUSTERS", "MAX_RANK", "MAX_SPLIT_K", "LtConfig", "LtGemm", "check_config",
            "describe", "library_version", "overrides", "resolve"]
@@ -69,6 +71,7 @@ MAX_RANK = 16
 MAX_SPLIT_K = 64
 #: Thread-block cluster shapes a configuration may set (``cublasLtClusterShape_t`` ids).
 CLUSTERS = {"auto": 0, "1x1": 2, "2x1": 3, "4x1": 4, "1x2": 5, "2x2": 6, "1x4": 8}
+_CLUSTER_NAMES = {v: k for k, v in CLUSTERS.items()}
 
 
 class _Algo(ctypes.Structure):
@@ -104,10 +107,17 @@ class LtConfig:
 
 
 def describe(config: LtConfig) -> str:
-    """A short label: ``algo 66, tile 45, stages 21, split-K 2 (reduce in place)``."""
-    words = [f"algo {config.algo_id}", f"tile {config.tile}", f"stages {config.stages}"]
+    """A short label: ``algo 66, tile 400 (128x80), stages 21, cluster 1x1, custom option 1,
+    split-K 2 (reduce in fp32)`` (a tile's shape in cuBLASLt's rows x columns, so ``n`` x
+    ``m`` of the problem; a cluster by its name in :data:`CLUSTERS` where it has one)."""
+    shape = tile_shape(config.tile)
+    words = [f"algo {config.algo_id}",
+             f"tile {config.tile}" + (f" ({shape[0]}x{shape[1]})" if shape else ""),
+             f"stages {config.stages}"]
     if config.cluster:
-        words.append(f"cluster {config.cluster}")
+        words.append(f"cluster {_CLUSTER_NAMES.get(config.cluster, config.cluster)}")
+    if config.custom:
+        words.append(f"custom option {config.custom}")
     if config.split_k > 1:
         scheme = {1: "in place", 2: "in fp32", 4: "in the output type"}.get(config.reduction,
                                                                             "auto")
@@ -159,6 +169,7 @@ def _lib() -> ctypes.CDLL:
         "cublasLtMatmulAlgoConfigSetAttribute": [algo_p, i32, vp, sz],
         "cublasLtMatmulAlgoConfigGetAttribute": [algo_p, i32, vp, sz, ctypes.POINTER(sz)],
         "cublasLtMatmul": [vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, algo_p, vp, sz, vp],
+        **{destroy: [vp] for destroy in _DESTROY.values()},
     }
     for name, args in sigs.items():
         fn = getattr(lib, name)
@@ -170,6 +181,19 @@ def _lib() -> ctypes.CDLL:
 def library_version() -> int:
     """cuBLASLt's version number (e.g. 130002), which a stored configuration belongs to."""
     return int(_lib().cublasLtGetVersion())
+
+
+#: Each descriptor's destructor, by the function that created it.
+_DESTROY = {"cublasLtMatmulDescCreate": "cublasLtMatmulDescDestroy",
+            "cublasLtMatrixLayoutCreate": "cublasLtMatrixLayoutDestroy",
+            "cublasLtMatmulPreferenceCreate": "cublasLtMatmulPreferenceDestroy"}
+
+
+def _destroy(lib: ctypes.CDLL, owned: list[tuple[str, ctypes.c_void_p]]) -> None:
+    """Free an ``LtGemm``'s descriptors (its finalizer: holds no reference to it)."""
+    while owned:
+        create, handle = owned.pop()
+        getattr(lib, _DESTROY[create])(handle)
 
 
 _HANDLES: dict[int, ctypes.c_void_p] = {}
@@ -227,7 +251,9 @@ class LtGemm:
         batch = out.shape[0] if out.dim() == 3 else 1
         dt = _DTYPES[a.dtype]
         compute = _COMPUTE_32F_FAST_TF32 if tf32 and a.dtype == torch.float32 else _COMPUTE_32F
-        self._keep = []  # descriptors must outlive every launch
+        # descriptors are freed once this object is: a launcher's call keeps it alive
+        self._owned: list[tuple[str, ctypes.c_void_p]] = []
+        self.finalizer = weakref.finalize(self, _destroy, lib, self._owned)
         self.desc = self._new(lib.cublasLtMatmulDescCreate, compute, _R_32F)
         # C^T = B^T A^T: cuBLASLt's A is b (n x k after its op), its B is a (k x m after its op)
         op_b, rows_b, cols_b, ld_b = _operand_layout(b, k, n)
@@ -252,7 +278,7 @@ class LtGemm:
     def _new(self, create, *args) -> ctypes.c_void_p:
         handle = ctypes.c_void_p()
         _check(create(ctypes.byref(handle), *args), create.__name__)
-        self._keep.append(handle)
+        self._owned.append((create.__name__, handle))
         return handle
 
     @staticmethod
@@ -384,13 +410,8 @@ class LtGemm:
             for split in (splits if split_ok else (1,)):
                 for scheme in (schemes if split > 1 else [0]):
                     c = replace(config, split_k=split, reduction=scheme, swizzle=swizzle)
-                    if c in out:
-                        continue
-                    try:
-                        self.check(c)
-                    except InvalidConfig:
-                        continue
-                    out.append(c)
+                    if c not in out and self.accepts(c):
+                        out.append(c)
         return out
 
     def resplit(self, config: LtConfig, split: int) -> LtConfig:
@@ -404,11 +425,8 @@ class LtGemm:
         schemes = [s for s in (config.reduction, 2, 1, 4) if s and mask & s]
         for scheme in dict.fromkeys(schemes):
             resplit = replace(config, split_k=split, reduction=scheme)
-            try:
-                self.check(resplit)
-            except InvalidConfig:
-                continue
-            return resplit
+            if self.accepts(resplit):
+                return resplit
         raise InvalidConfig(f"cuBLASLt does not run {describe(config)} split {split} ways "
                             "on this problem")
 
@@ -433,6 +451,7 @@ class LtGemm:
             return out
 
         call.keep = (algo, self)  # the algo struct and descriptors live as long as the call
+        call.resolved = {**config.to_dict(), "describe": describe(config)}
         return call
 
 
@@ -490,9 +509,10 @@ def resolve(gemm: LtGemm, config: dict) -> LtConfig:
     if split is not None:
         chosen = gemm.resplit(chosen, split)
     if fields:
-        if "custom" in fields and fields["custom"] >= gemm.custom_options(chosen.algo_id):
-            raise InvalidConfig(f"custom must be below {gemm.custom_options(chosen.algo_id)} "
-                                f"for cuBLASLt algo {chosen.algo_id}, got {fields['custom']}")
+        options = gemm.custom_options(chosen.algo_id) if "custom" in fields else 0
+        if "custom" in fields and fields["custom"] >= options:
+            raise InvalidConfig(f"custom must be below {options} for cuBLASLt algo "
+                                f"{chosen.algo_id}, got {fields['custom']}")
         chosen = replace(chosen, **fields)
         gemm.check(chosen)
     return chosen

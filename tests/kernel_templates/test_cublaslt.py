@@ -125,7 +125,10 @@ def test_the_library_stage_plans_the_ranked_algorithms() -> None:
 
 def test_describe_says_what_the_algorithm_is() -> None:
     plain = describe(LtConfig(algo_id=66, tile=20, stages=35, cluster=3))
-    assert plain == "algo 66, tile 20, stages 35, cluster 3"
+    assert plain == "algo 66, tile 20 (128x128), stages 35, cluster 2x1"
+    refit = describe(LtConfig(algo_id=66, tile=400, stages=21, cluster=2, custom=1))
+    assert refit == "algo 66, tile 400 (128x80), stages 21, cluster 1x1, custom option 1"
+    assert "cluster 7" in describe(LtConfig(algo_id=66, cluster=7))  # no name: its id
     split = describe(LtConfig(algo_id=21, tile=17, stages=18, split_k=66, reduction=2,
                               swizzle=1))
     assert "split-K 66 (reduce in fp32)" in split and "swizzled" in split
