@@ -186,11 +186,15 @@ def execute(candidate: dict[str, Any], options: dict[str, Any] | None = None) ->
         if compile_s is None and status == Status.COMPILE_ERROR and t0 is not None:
             compile_s = time.perf_counter() - t0  # the time the failed compile took
         return _failure(status, exc, env, compile_s=compile_s)
+    # a library call that picks its kernel at run time says which one it ran (cuBLASLt's
+    # algorithm, tile and options for a ``cublaslt`` rank): kept with the timing as evidence
+    resolved = getattr(calls[0], "resolved", None)
     return Measurement(status=Status.OK, median_us=timing.median_us, p20_us=timing.p20_us,
                        p80_us=timing.p80_us, reps=timing.reps, rel_error=err,
                        compile_s=compile_s, bench_s=timing.bench_s,
                        env={**env, "timing": timing.method, "input_sets": len(sets),
-                            "host_us_per_call": timing.host_us}).to_dict()
+                            "host_us_per_call": timing.host_us},
+                       extra={"resolved": dict(resolved)} if resolved else {}).to_dict()
 
 
 def _task(cand: Candidate, opts: ExecuteOptions, env: dict[str, Any], cuda: bool,

@@ -166,8 +166,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"== {row['shape']} {row['dtype']} ({row['class']})", flush=True)
             job = _tune(cluster, shape, row, trials, args, backends)
             if job is not None:
+                trials_of = _trials(cluster, job)
                 measurements.append({"problem_key": job.get("problem_key"),
-                                     "gpu": device.gpu_model, "trials": _trials(cluster, job)})
+                                     "gpu": device.gpu_model, "trials": trials_of})
+                resolved = gemm_report.served_resolved(row, trials_of)
+                if resolved:
+                    row["served_resolved"] = resolved
                 if not meta.get("calibration"):
                     cals = cluster.client.calibrations()["items"]
                     meta["calibration"] = cals[0] if cals else None

@@ -67,6 +67,17 @@ def served_row(decision: dict[str, Any] | None, timed: dict[str, dict[str, Any]]
     return row
 
 
+def served_resolved(row: dict[str, Any], trials: list[dict[str, Any]]) -> str | None:
+    """What the served library call ran, as its trial's measurement named it (a ``cublaslt``
+    rank's algorithm, tile and options: ``extra["resolved"]``); None when it named nothing."""
+    key = _key(row.get("served_backend") or "", row.get("served_config") or {})
+    for t in trials:
+        resolved = (t.get("extra") or {}).get("resolved")
+        if resolved and _key(t.get("backend") or "", t.get("config") or {}) == key:
+            return str(resolved.get("describe") or resolved)
+    return None
+
+
 def target(shape_class: str, row: dict[str, Any]) -> dict[str, Any]:
     """The issue's target for a shape of ``shape_class`` (the shapes file's ``class``) and
     whether ``row`` meets it; ``{}`` for a class the issue sets no target for."""

@@ -6,6 +6,7 @@ does not have, a split that changes nothing)."""
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 
 import pytest
@@ -75,6 +76,8 @@ def test_every_ranked_algorithm_and_variant_is_correct(problem: GemmProblem) -> 
 
 @pytest.mark.parametrize("problem", PROBLEMS[:3], ids=ids)
 def test_backend_runs_the_library_plan_through_the_worker_path(problem: GemmProblem) -> None:
+    inputs = make_inputs(problem, "cuda", seed=5)
+    gemm = LtGemm(inputs.a, inputs.b, inputs.out)
     ran = 0
     for config in library.cublaslt_configs(problem):
         got = Measurement.from_dict(execute(Candidate(problem, "cublaslt", config).to_dict(),
@@ -88,6 +91,10 @@ def test_backend_runs_the_library_plan_through_the_worker_path(problem: GemmProb
         assert got.status == Status.OK, (config, got.error)
         assert got.median_us and got.median_us > 0
         assert got.rel_error is not None and got.rel_error < tolerance_for(problem)
+        # the measurement names the algorithm the rank resolved to on the worker
+        resolved = dict(got.extra["resolved"])
+        assert resolved.pop("describe").startswith(f"algo {resolved['algo_id']}, tile ")
+        assert resolved == resolve(gemm, config).to_dict(), config
         ran += 1
     assert ran >= 3, f"only {ran} cuBLASLt candidates ran on {problem.describe()}"
 
@@ -148,3 +155,22 @@ def test_cluster_and_custom_overrides_replace_only_those_fields() -> None:
         _checked(problem, gemm, inputs, ref, got)
         ran += 1
     assert ran >= 1, f"no override of {first} ran"
+
+
+def test_descriptors_live_as_long_as_a_launcher_and_are_freed_after() -> None:
+    problem = GemmProblem(256, 512, 1024)
+    inputs = make_inputs(problem, "cuda", seed=9)
+    ref = reference_for(inputs)
+    gemm = LtGemm(inputs.a, inputs.b, inputs.out)
+    finalizer, config = gemm.finalizer, gemm.heuristics(1)[0]
+    call = gemm.launcher(config)
+    del gemm
+    gc.collect()
+    assert finalizer.alive, "the descriptors were freed while a launcher still needs them"
+    inputs.out.fill_(float("nan"))
+    call()
+    torch.cuda.synchronize()
+    assert rel_error(inputs.out, ref) < tolerance_for(problem)
+    del call
+    gc.collect()
+    assert not finalizer.alive, "the descriptors outlived every launcher"

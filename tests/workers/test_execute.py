@@ -64,6 +64,23 @@ def test_wrong_result_is_caught_and_not_timed(monkeypatch: pytest.MonkeyPatch) -
     assert m.rel_error == float("inf")
 
 
+def test_a_call_that_says_what_it_resolved_to_is_recorded(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    # a library call picking its kernel at run time (cuBLASLt's rank -> algorithm) names it
+    def resolving(candidate, inputs):
+        def call():
+            return torch.matmul(inputs.a, inputs.b, out=inputs.out)
+        call.resolved = {"algo_id": 66, "describe": "algo 66, tile 400 (128x80)"}
+        return call
+
+    registry.backends("gemm")
+    assert run("cublas", {}).extra == {}  # a call that names nothing records nothing
+    monkeypatch.setitem(registry.FACTORIES, ("gemm", "cublas"), resolving)
+    m = run("cublas", {})
+    assert m.status == Status.OK, m.error
+    assert m.extra["resolved"] == {"algo_id": 66, "describe": "algo 66, tile 400 (128x80)"}
+
+
 def test_classify() -> None:
     assert classify(Unsupported("x")) == Status.UNSUPPORTED
     assert classify(InvalidConfig("x")) == Status.INVALID

@@ -53,6 +53,19 @@ def test_the_served_row_is_its_speedup_and_roofline_share() -> None:
     assert gemm_report.served_row({}, {}) == {}
 
 
+def test_the_served_library_call_names_what_it_ran() -> None:
+    row = {"served_backend": "cublaslt", "served_config": {"rank": 0, "cluster": "1x1"}}
+    lt = {"describe": "algo 66, tile 400 (128x80), stages 21, cluster 1x1"}
+    trials = [{"backend": "cublaslt", "config": {"rank": 0}, "extra": {"resolved": {"x": 1}}},
+              {"backend": "cublaslt", "config": {"cluster": "1x1", "rank": 0},
+               "extra": {"resolved": lt}},
+              {"backend": "cublas", "config": {}, "extra": {}}]
+    assert gemm_report.served_resolved(row, trials) == lt["describe"]
+    assert gemm_report.served_resolved(row, trials[:1]) is None
+    assert gemm_report.served_resolved({"served_backend": "cublas", "served_config": {}},
+                                       trials) is None
+
+
 @pytest.mark.parametrize(("cls", "speedup", "share", "met"), [
     ("unaligned k and n, mid-size", 2.1, 0.3, True),
     ("unaligned k, compute-bound", 1.9, 0.95, False),
