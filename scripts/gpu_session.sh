@@ -50,8 +50,13 @@ start=$SECONDS
 rc=0
 
 left() { echo $(( deadline - (SECONDS - start) )); }
-pack() { tar czf "$out/results.tgz.part" -C "$out" --exclude='results.tgz*' --exclude='*.db' \
-           --exclude='triton-cache-*' --exclude='cutlass-cache' --exclude='cutlass_cache.tgz' . && mv "$out/results.tgz.part" "$out/results.tgz"; }
+# The archive is written outside OUTDIR, then moved in: a part file inside it changes the
+# directory tar is reading, tar then exits 1 ("file changed as we read it") and the move
+# would be skipped, leaving an older archive.
+pack() { local part; part=$(mktemp "${TMPDIR:-/tmp}/results.XXXXXX.tgz") || return 1
+         tar czf "$part" -C "$out" --exclude='results.tgz*' --exclude='*.db' \
+           --exclude='triton-cache-*' --exclude='cutlass-cache' --exclude='cutlass_cache.tgz' . \
+           && mv "$part" "$out/results.tgz" || { rm -f "$part"; return 1; }; }
 gpu_state() {
   nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
     --format=csv,noheader 2>&1 | sed "s/^/[$(date -u +%H:%M:%S)] $1: /"
