@@ -322,9 +322,15 @@ class AgentLoop:
                         backend: str) -> CompileBudget:
         """What the library search may still compile: the seconds the agent allows, the
         operations some worker has built for this problem and GPU model (measured past
-        compiling), and this job's proposals whose compile has not been reported yet."""
+        compiling, or declared in its catalogue as in its artifact cache), and this job's
+        proposals whose compile has not been reported yet."""
         with self.db.read_session() as s:
             built = measurements.built_ops(s, job.problem_id, job.bound_gpu or "", backend)
+        # and what the workers of this GPU model declared already built (their catalogue's
+        # ``built``: an artifact cache filled ahead, workers.device.catalogues)
+        found = declared(self.db, job.bound_gpu or "")(f"{job.problem.kind}/{backend}")
+        listed = found.body.get("built") if found is not None else None
+        built |= {str(name) for name in listed} if isinstance(listed, list) else set()
         pending = {str(t.config.get("op")) for t in ev.library
                    if t.tier == action.tier and not t.done} - built
         left = math.inf if action.compile_left_s is None else action.compile_left_s

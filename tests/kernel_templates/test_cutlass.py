@@ -210,10 +210,16 @@ def test_build_caches_indexes_and_isolates_a_bad_kernel(
     assert len(log.read_text().splitlines()) == calls
     other = Toolchain(nvcc="another nvcc", cutlass=tc.cutlass)
     assert cache.find(ops[0].name, other) is None
+    # what the cache holds, as a worker declares it: the built ops of this toolchain only
+    assert cache.built(tc) == sorted(o.name for o in ops if o.name != bad)
+    assert cache.built(other) == [] and CutlassCache(tmp_path / "none").built(tc) == []
+    shutil.rmtree(art.path)  # an index entry whose artifact is gone is not built
+    assert ops[0].name not in cache.built(tc)
     # a copy of the cache (another host, same toolchain) is used as it is
     copy = tmp_path / "copied"
     shutil.copytree(cache.root, copy)
-    assert CutlassCache(copy).find(ops[0].name, tc).library.is_file()
+    kept = next(n for n in CutlassCache(copy).built(tc))
+    assert CutlassCache(copy).find(kept, tc).library.is_file()
     # no temporary directories are left behind
     assert not [p for p in (cache.root / "artifacts").iterdir() if p.name.startswith(".")]
 

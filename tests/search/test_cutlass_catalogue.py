@@ -60,3 +60,14 @@ def test_a_malformed_catalogue_is_a_value_error() -> None:
     good["families"][0]["ops"][0][1] = [128, 128]
     with pytest.raises(ValueError, match="3 extents"):
         Catalogue.decode(good)
+
+
+def test_the_built_operations_travel_with_the_catalogue() -> None:
+    op = OpSpec("op", (128, 128, 64), (1, 1, 1), "TmaWarpSpecialized", "TmaWarpSpecialized",
+                "default", "bf16", "bf16", None, "bf16", "row", "row", 8, 8, 8, 8)
+    plain = Catalogue((op,), source="s")
+    assert "built" not in plain.encode()  # nothing built: the declaration is as before
+    built = Catalogue((op,), source="s", built=("op",))
+    assert Catalogue.decode(built.encode()) == built and built.digest != plain.digest
+    with pytest.raises(ValueError, match="built must be a list of operation names"):
+        Catalogue.decode({**built.encode(), "built": "op"})

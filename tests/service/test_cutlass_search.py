@@ -135,3 +135,53 @@ def test_a_bad_cutlass_budget_is_refused_naming_the_field(client: TestClient) ->
                                           "policy": {field: value}})
         assert r.status_code == 422, r.text
         assert r.json()["detail"][0]["loc"] == ["body", "policy", field]
+
+
+@pytest.mark.parametrize("declared_built", [True, False])
+def test_operations_a_worker_declares_built_are_searched_with_no_compile_budget(
+        client: TestClient, driver: Any, cutlass_catalogue: dict[str, Any],
+        declared_built: bool) -> None:
+    """A worker whose artifact cache was filled ahead (``scripts.bench cutlass-cache``)
+    declares the operations it holds (the catalogue's ``built``); with no compile budget the
+    search measures those besides knob variants of what it measured. Without the declaration
+    the same budget allows knob variants only."""
+    from search.kinds.gemm import cutlass_space
+    from search.kinds.gemm.cutlass_catalogue import Catalogue
+    from search.kinds.gemm.spec import GemmProblem
+
+    problem = GemmProblem(**{k: v for k, v in driver.PROBLEM.items() if k != "kind"})
+    ops, _ = library.cutlass_ops(problem, driver.GPU, Catalogue.decode(cutlass_catalogue))
+    ranked = [s["op"] for s in cutlass_space.seeds(problem, ops, n=12)]
+    extra = set(ranked[6:])  # built ahead, past the first stage's six seeds
+    assert len(extra) >= 4
+    catalogue = {**cutlass_catalogue, "built": sorted(extra)} if declared_built \
+        else cutlass_catalogue
+    policy = {"threshold": 0.9, "cutlass_trials": 10, "cutlass_compile_s": 0}
+    job = driver.submit({"max_trials": 2}, policy=policy)
+    w = driver.register(backends=WITH_CUTLASS, cutlass_catalogue=catalogue)
+    rounds: list[list[dict[str, Any]]] = []
+    for _ in range(30):
+        grant = driver.lease(w, n=16)
+        if not grant["candidates"]:
+            break
+        rounds.append(grant["candidates"])
+        for c in grant["candidates"]:
+            if c["task"] == "verify":
+                r = driver.answer(c)
+            elif c["backend"] == "cutlass":
+                # the seeds built on the worker, the declared ones found in its cache
+                r = {**driver.fake_ok(1.6 * ATTAINABLE_US), "compile_s": 0.0}
+                driver.times[c["id"]] = 1.6 * ATTAINABLE_US
+            else:
+                r = driver.answer(c, lambda c: 2.0 * ATTAINABLE_US)
+            driver.report(w, grant["lease_id"], c["id"], r)
+    assert driver.job(job["id"])["status"] == "done"
+    seeds = {c["config"]["op"] for c in rounds[0] if c["backend"] == "cutlass"}
+    searched = {c["config"]["op"] for r in rounds[1:] for c in r if c["backend"] == "cutlass"}
+    assert searched, "the CUTLASS search proposed nothing"
+    new = searched - seeds
+    assert new <= extra, f"unbuilt operations proposed with no compile budget: {new - extra}"
+    if declared_built:
+        assert new, "no operation the worker declared built was searched"
+    else:
+        assert not new

@@ -79,3 +79,33 @@ def test_offered_backends_follow_the_registry_hooks(monkeypatch: pytest.MonkeyPa
     assert offered_backends(a100) == tuple(sorted((*(b for b in gemm if b != "cutlass"),
                                                     *attention)))
     assert catalogues(dataclasses.replace(a100, backends=offered_backends(a100))) == {}
+
+
+def test_the_cutlass_catalogue_declares_what_the_artifact_cache_holds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built operations of the catalogue only (a stale index entry of another CUTLASS is not
+    declared); a cache that cannot be read declares none and the catalogue still goes out."""
+    from kernel_templates.gemm import cutlass as kc
+    from kernel_templates.gemm.cutlass import hosting
+    from search.kinds.gemm.cutlass_catalogue import OpSpec
+
+    op = OpSpec("op", (128, 128, 64), (1, 1, 1), "TmaWarpSpecialized", "TmaWarpSpecialized",
+                "default", "bf16", "bf16", None, "bf16", "row", "row", 8, 8, 8, 8)
+    monkeypatch.setattr(kc, "catalogue", lambda: Catalogue((op,), source="fake"))
+    monkeypatch.setattr(kc, "toolchain", lambda *_a, **_k: "tc")
+
+    class Cache:
+        def built(self, tc: str) -> list[str]:
+            assert tc == "tc"
+            return ["op", "gone_op"]
+
+    monkeypatch.setattr(kc, "CutlassCache", Cache)
+    h100 = Device(gpu_model="H100", mode="cuda", cc="9.0")
+    assert Catalogue.decode(hosting.catalogue(h100)).built == ("op",)
+
+    def unreadable() -> None:
+        raise OSError("permission denied")
+
+    monkeypatch.setattr(kc, "CutlassCache", unreadable)
+    body = hosting.catalogue(h100)
+    assert "built" not in body and Catalogue.decode(body).ops == (op,)

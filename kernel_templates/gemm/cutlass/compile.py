@@ -192,6 +192,16 @@ class CutlassCache:
             return None
         return self.read(key)
 
+    def built(self, tc: Toolchain) -> list[str]:
+        """The names of the operations this cache holds built by ``tc`` (an index entry whose
+        artifact is whole), sorted."""
+        index = self.root / "index" / tc.id
+        try:
+            names = sorted(p.stem for p in index.glob("*.json"))
+        except OSError:
+            return []
+        return [name for name in names if self.find(name, tc) is not None]
+
     def _write_index(self, artifact: Artifact, tc: Toolchain) -> None:
         for name in artifact.ops:
             _atomic_write(self._index_file(tc, name), json.dumps({"key": artifact.key}))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from kernel_templates.registry import Prepared, Preparer
@@ -49,11 +50,19 @@ def available(device: Device) -> str | None:
 
 def catalogue(device: Device) -> dict[str, Any] | None:
     """The ``catalogue`` hook: the operations this worker can build
-    (``search.kinds.gemm.cutlass_catalogue.Catalogue.encode``); the service searches over them and
-    never enumerates CUTLASS itself."""
+    (``search.kinds.gemm.cutlass_catalogue.Catalogue.encode``), and those of them its artifact
+    cache already holds (``built``: the search may measure them with no compile budget); the
+    service searches over them and never enumerates CUTLASS itself."""
     from kernel_templates.gemm import cutlass as kc
 
-    return kc.catalogue().encode()
+    found = kc.catalogue()
+    try:
+        names = {op.name for op in found.ops}
+        built = tuple(n for n in kc.CutlassCache().built(kc.toolchain()) if n in names)
+    except Exception as exc:  # noqa: BLE001 - no nvcc or an unreadable cache: declare none
+        log.warning("CUTLASS: the artifact cache's operations are not declared: %s", exc)
+        built = ()
+    return replace(found, built=built).encode()
 
 
 def op_of(candidate: Candidate) -> str | None:

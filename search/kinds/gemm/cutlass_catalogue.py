@@ -86,14 +86,18 @@ class OpSpec:
 @dataclass(frozen=True)
 class Catalogue:
     """The operations one GPU host can build, and the toolchain that enumerated them
-    (``source``, e.g. ``cutlass_library 4.2.0.0 sm90 level 0``)."""
+    (``source``, e.g. ``cutlass_library 4.2.0.0 sm90 level 0``); ``built``: the names of
+    those its artifact cache already holds for its nvcc (``python -m scripts.bench
+    cutlass-cache`` fills it ahead of a session), which cost no compile time to measure."""
 
     ops: tuple[OpSpec, ...]
     source: str = ""
+    built: tuple[str, ...] = ()
 
     @property
     def digest(self) -> str:
-        """Identifies the operation set (a CUTLASS upgrade changes it)."""
+        """Identifies the declaration (a CUTLASS upgrade changes it, and so does a newly
+        built operation)."""
         text = json.dumps(self.encode(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -104,8 +108,11 @@ class Catalogue:
             row = [getattr(op, f) for f in _ROW]
             row[1], row[2] = list(op.tile), list(op.cluster)
             families.setdefault(tuple(getattr(op, f) for f in _FAMILY), []).append(row)
-        return {"source": self.source, "family_fields": list(_FAMILY), "op_fields": list(_ROW),
-                "families": [{"family": list(k), "ops": rows} for k, rows in families.items()]}
+        out = {"source": self.source, "family_fields": list(_FAMILY), "op_fields": list(_ROW),
+               "families": [{"family": list(k), "ops": rows} for k, rows in families.items()]}
+        if self.built:
+            out["built"] = sorted(self.built)
+        return out
 
     @classmethod
     def decode(cls, data: dict[str, Any]) -> Catalogue:
@@ -124,7 +131,10 @@ class Catalogue:
                     if len(values["tile"]) != 3 or len(values["cluster"]) != 3:
                         raise ValueError(f"{values['name']}: tile and cluster have 3 extents")
                     ops.append(OpSpec(**shared, **values))
-            return cls(tuple(ops), str(data.get("source", "")))
+            built = data.get("built", [])
+            if not isinstance(built, list) or not all(isinstance(b, str) for b in built):
+                raise ValueError("catalogue built must be a list of operation names")
+            return cls(tuple(ops), str(data.get("source", "")), tuple(built))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed CUTLASS catalogue: {exc!r}") from exc
 
