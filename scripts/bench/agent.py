@@ -86,7 +86,10 @@ def job_trials(cluster: LocalCluster, job: dict[str, Any]) -> list[dict[str, Any
             "p80_us", "compile_s", "bench_s")
     # kernel measurements only: the verification's rounds are on the decision
     # (``decision.verification``) and the calibration's passes on ``GET /v1/calibrations``
-    return [{k: t.get(k) for k in keep}
+    # and what a library call resolved to (a cuBLASLt rank's algorithm), where it said
+    return [{**{k: t.get(k) for k in keep},
+             **({"resolved": t["extra"]["resolved"]}
+                if (t.get("extra") or {}).get("resolved") else {})}
             for t in sorted(items, key=lambda t: t["id"]) if t.get("job_id") == job["id"]]
 
 

@@ -76,3 +76,23 @@ def test_the_report_splits_gpu_seconds_by_stage() -> None:
                                 "date": "d", "trials": 64}, [{**row, "note": "n"}]).splitlines()
     assert "| 64x64x65536 | bf16 | 0.20 / 0.20 | 0.00 / 0.00 | 3.50 / 12.25 | 0.50 / 0.50 |" \
         in lines
+
+
+def test_a_jobs_trials_keep_what_a_library_call_resolved_to() -> None:
+    # FAKE trials pages in the API's shape
+    items = [{"id": 2, "job_id": 7, "backend": "cublaslt", "config": {"rank": 1},
+              "status": "ok", "median_us": 10.0, "extra": {"resolved": {"algo_id": 66}}},
+             {"id": 1, "job_id": 7, "backend": "cublas", "config": {}, "status": "ok",
+              "median_us": 11.0, "extra": {}},
+             {"id": 3, "job_id": 8, "backend": "cublas", "config": {}, "status": "ok"}]
+
+    class Client:
+        def trials(self, problem_id: int, limit: int, offset: int) -> dict[str, Any]:
+            return {"items": items[offset:offset + limit], "total": len(items)}
+
+    class Cluster:
+        client = Client()
+
+    got = bench_agent.job_trials(Cluster(), {"id": 7, "problem_id": 1})
+    assert [t["id"] for t in got] == [1, 2]
+    assert got[1]["resolved"] == {"algo_id": 66} and "resolved" not in got[0]
