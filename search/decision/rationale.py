@@ -7,6 +7,7 @@ in one place. Times are in microseconds, ratios as fractions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -78,10 +79,12 @@ def roofline(rf: Roofline | None, missing: str = "") -> str:
             f"(compute {rf.compute_us:.1f} us{peak}, memory {rf.memory_us:.1f} us{bw})")
 
 
-def share(rf: Roofline | None, us: float) -> str:
+def share(rf: Roofline | None, us: float, threshold: float | None = None) -> str:
     """How a time stands against the roofline (a clause): its share of the attainable, at the
     roofline when a little under it, and never a share when it is far under (the calibration
-    is then wrong for these inputs, and the kernel's efficiency unknown)."""
+    is then wrong for these inputs, and the kernel's efficiency unknown). A share just under
+    ``threshold`` is cut to a tenth of a percent, never rounded up to the threshold it missed
+    ("89.9%", not "90%", against 90%)."""
     if rf is None:
         return "no roofline to judge it by"
     floor = rf.attainable_us
@@ -92,7 +95,10 @@ def share(rf: Roofline | None, us: float) -> str:
     if rf.under_floor(us):
         return (f"at the roofline ({1 - us / floor:.0%} under its {floor:.1f} us, within the "
                 "calibration's noise)")
-    return f"{floor / us:.0%} of the attainable"
+    eff = floor / us
+    if threshold is not None and eff < threshold <= round(eff, 2):
+        return f"{math.floor(eff * 1000) / 10:.1f}% of the attainable"
+    return f"{eff:.0%} of the attainable"
 
 
 def library_sufficient(rf: Roofline, lib: Trial, eff: float, threshold: float,
@@ -160,7 +166,7 @@ def why_searched(rf: Roofline | None, lib: Trial | None, threshold: float, force
                  name: str) -> str:
     if lib is None or lib.median_us is None:
         return "no library candidate ran correctly (or none was allowed)."
-    said = f"{name} takes {lib.median_us:.1f} us ({share(rf, lib.median_us)}"
+    said = f"{name} takes {lib.median_us:.1f} us ({share(rf, lib.median_us, threshold)}"
     if forced:
         return f"{said}); the custom stage was forced by the job's policy."
     eff = rf.efficiency(lib.median_us) if rf is not None else None

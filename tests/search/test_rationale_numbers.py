@@ -133,6 +133,19 @@ def test_a_share_never_exceeds_what_the_times_say(fraction: float) -> None:
         assert "of the attainable" not in text and "under" in text
 
 
+def test_a_share_just_under_the_threshold_never_reads_as_the_threshold() -> None:
+    # seen on an H100: "45.1 us (90% of the attainable, under the 90% threshold)"
+    rf = roofline(problem_of(SQUARE), H100_REPLAY_CALIBRATION)
+    assert rf is not None
+    us = rf.attainable_us / 0.8996
+    assert rationale.share(rf, us, 0.9) == "89.9% of the attainable"
+    assert rationale.share(rf, us) == "90% of the attainable"  # no threshold: plain rounding
+    assert rationale.share(rf, rf.attainable_us / 0.85, 0.9) == "85% of the attainable"
+    assert rationale.share(rf, rf.attainable_us / 0.9, 0.9) == "90% of the attainable"
+    d = run_shape(SQUARE, Policy(threshold=0.9), library_us=us)
+    assert "(89.9% of the attainable, under the 90% threshold)" in d.rationale
+
+
 def test_a_small_peak_keeps_its_digits() -> None:
     rf = roofline(CPU_PROBLEM, Calibration("a small device", 8.465, {"fp16": 0.0028146}))
     text = rationale.roofline(rf)
