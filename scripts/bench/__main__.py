@@ -16,12 +16,13 @@ from scripts.bench import (
     lowered,
     precision,
     quant,
+    rerun,
 )
 
 COMMANDS = {"gemm": gemm, "agent": agent, "attention": attention,
             "attention-sweep": attention_sweep, "precision": precision,
             "fp8-error": fp8_error, "cutlass-cache": cutlass_cache, "quant": quant,
-            "lowered": lowered}
+            "lowered": lowered, "rerun": rerun}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from scripts.bench.__main__ import COMMANDS, main
 
 def test_every_benchmark_is_a_subcommand() -> None:
     assert set(COMMANDS) == {"gemm", "agent", "attention", "attention-sweep", "precision",
-                             "fp8-error", "cutlass-cache", "quant", "lowered"}
+                             "fp8-error", "cutlass-cache", "quant", "lowered", "rerun"}
     for module in COMMANDS.values():
         assert callable(module.add_arguments) and callable(module.run)
 
