@@ -162,6 +162,22 @@ def test_a_malformed_catalogue_is_refused_at_registration(client: TestClient,
     assert detail["loc"] == ["body", "catalogues"] and "gemm/cutlass" in detail["msg"]
 
 
+def test_a_catalogue_whose_built_list_is_not_names_is_refused(client: TestClient,
+                                                               driver: Any) -> None:
+    from search.kinds.gemm.cutlass_catalogue import Catalogue
+
+    body = {**Catalogue(()).encode(), "built": "cutlass3x_op"}
+    r = client.post("/v1/workers/register", json={
+        "name": "w", "device": driver.device(backends=WITH_CUTLASS),
+        "catalogues": {"gemm/cutlass": body}})
+    assert r.status_code == 422, r.text
+    assert "built must be a list of operation names" in r.json()["detail"][0]["msg"]
+    r = client.post("/v1/workers/register", json={
+        "name": "w", "device": driver.device(backends=WITH_CUTLASS),
+        "catalogues": {"gemm/cutlass": {**body, "built": ["cutlass3x_op"]}}})
+    assert r.status_code == 200, r.text
+
+
 def test_a_catalogue_is_declared_under_kind_and_backend(client: TestClient,
                                                         driver: Any) -> None:
     """A catalogue its kind does not check is stored as declared; a key that is not
