@@ -44,6 +44,19 @@ def client(make_app: Callable[..., FastAPI], settings: ServiceSettings,
         yield secret_keeper(c)
 
 
+def _drain(driver: Any, worker: int, measure: Callable[[dict[str, Any]], dict[str, Any]],
+           rounds: list[list[dict[str, Any]]]) -> None:
+    """Lease and report until the worker is given nothing (30 leases at most), each lease's
+    candidates appended to ``rounds`` before they are measured."""
+    for _ in range(30):
+        grant = driver.lease(worker, n=16)
+        if not grant["candidates"]:
+            return
+        rounds.append(grant["candidates"])
+        for c in grant["candidates"]:
+            driver.report(worker, grant["lease_id"], c["id"], measure(c))
+
+
 @pytest.mark.parametrize("service_has_cutlass", [True, False])
 def test_the_cutlass_search_runs_within_its_budgets_before_triton(
         client: TestClient, driver: Any, cutlass_catalogue: dict[str, Any],
@@ -79,13 +92,7 @@ def test_the_cutlass_search_runs_within_its_budgets_before_triton(
         driver.times[c["id"]] = us
         return {**driver.fake_ok(us), "compile_s": FAKE_COMPILE_S if cold else 0.0}
 
-    for _ in range(30):
-        grant = driver.lease(w, n=16)
-        if not grant["candidates"]:
-            break
-        rounds.append(grant["candidates"])
-        for c in grant["candidates"]:
-            driver.report(w, grant["lease_id"], c["id"], measure(c))
+    _drain(driver, w, measure, rounds)
     state = driver.job(job["id"])
     assert state["status"] == "done"
 
@@ -159,22 +166,17 @@ def test_operations_a_worker_declares_built_are_searched_with_no_compile_budget(
     policy = {"threshold": 0.9, "cutlass_trials": 10, "cutlass_compile_s": 0}
     job = driver.submit({"max_trials": 2}, policy=policy)
     w = driver.register(backends=WITH_CUTLASS, cutlass_catalogue=catalogue)
+    def measure(c: dict[str, Any]) -> dict[str, Any]:
+        if c["task"] == "verify":
+            return driver.answer(c)
+        if c["backend"] == "cutlass":
+            # the seeds built on the worker, the declared ones found in its cache
+            driver.times[c["id"]] = 1.6 * ATTAINABLE_US
+            return {**driver.fake_ok(1.6 * ATTAINABLE_US), "compile_s": 0.0}
+        return driver.answer(c, lambda c: 2.0 * ATTAINABLE_US)
+
     rounds: list[list[dict[str, Any]]] = []
-    for _ in range(30):
-        grant = driver.lease(w, n=16)
-        if not grant["candidates"]:
-            break
-        rounds.append(grant["candidates"])
-        for c in grant["candidates"]:
-            if c["task"] == "verify":
-                r = driver.answer(c)
-            elif c["backend"] == "cutlass":
-                # the seeds built on the worker, the declared ones found in its cache
-                r = {**driver.fake_ok(1.6 * ATTAINABLE_US), "compile_s": 0.0}
-                driver.times[c["id"]] = 1.6 * ATTAINABLE_US
-            else:
-                r = driver.answer(c, lambda c: 2.0 * ATTAINABLE_US)
-            driver.report(w, grant["lease_id"], c["id"], r)
+    _drain(driver, w, measure, rounds)
     assert driver.job(job["id"])["status"] == "done"
     seeds = {c["config"]["op"] for c in rounds[0] if c["backend"] == "cutlass"}
     searched = {c["config"]["op"] for r in rounds[1:] for c in r if c["backend"] == "cutlass"}
