@@ -509,10 +509,11 @@ def resolve(gemm: LtGemm, config: dict) -> LtConfig:
     if split is not None:
         chosen = gemm.resplit(chosen, split)
     if fields:
-        options = gemm.custom_options(chosen.algo_id) if "custom" in fields else 0
-        if "custom" in fields and fields["custom"] >= options:
-            raise InvalidConfig(f"custom must be below {options} for cuBLASLt algo "
-                                f"{chosen.algo_id}, got {fields['custom']}")
+        if "custom" in fields:
+            options = gemm.custom_options(chosen.algo_id)
+            if fields["custom"] >= options:
+                raise InvalidConfig(f"custom must be below {options} for cuBLASLt algo "
+                                    f"{chosen.algo_id}, got {fields['custom']}")
         chosen = replace(chosen, **fields)
         gemm.check(chosen)
     return chosen
