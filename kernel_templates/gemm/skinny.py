@@ -25,10 +25,13 @@ or Hopper TMA descriptors (``TMA``). How the partials are summed is the ``MODE``
   identical). The spin is bounded (``SPIN_LIMIT`` polls, about a second): a program that gives
   up writes NaN into its share of C, so a broken residency assumption (another process holding
   SMs through MPS, say) fails a correctness check instead of hanging the GPU.
-  Counters: two int32 (arrivals, departures). A program counts its departure once it has seen
-  every arrival and stored its share (off the critical path); the last to depart zeroes both,
-  so each launch leaves them at zero for the next launch on the stream (kernels on one stream
-  do not overlap), with no memset launch.
+  Arrivals (``_grid_sync``): one int64 count per grid size ``G`` that only grows. Every launch
+  of ``G`` programs adds exactly ``G`` (kernels on one stream do not overlap), so a launch
+  starts on a multiple of ``G`` and its barrier opens at the next one: nothing is reset, no
+  memset launch, no departure step, and a program's last act is its store of C. (The earlier
+  scheme, kept behind ``GROWING_BARRIER = False`` to measure against, counted departures and
+  had the last to depart zero both counters: one more atomic round trip before each program
+  could exit.)
 - ``"atomic"`` (one launch, any grid size, not bitwise reproducible): every program adds its
   partial into a zeroed fp32 tile with ``atomic_add`` (done in L2), then bumps a per-tile counter;
   the last arrival of a tile reads the sums, casts and stores C, re-zeroes the workspace tile and
@@ -36,7 +39,9 @@ or Hopper TMA descriptors (``TMA``). How the partials are summed is the ``MODE``
 - ``"tagged"`` (one launch, deterministic, no barrier and no counters): every program stores
   each fp32 value of its partial tile as a 64-bit word whose high half is the launch's *epoch*
   (a per-device launch count, as stream-K's flags), with ``st.relaxed.gpu`` (strong and
-  single-copy atomic: a word that carries the epoch carries its value). Then it polls one word
+  single-copy atomic: a word that carries the epoch carries its value; two adjacent words of a
+  thread in one 16-byte vector store where the layout holds them so, ``TAGGED_PAIRS``). Then
+  it polls one word
   of its share in each of its tile's ``SPLIT_K`` partials until all carry the epoch (a few
   hundred bytes a poll), loads its share, and polls again until every word does (stores land
   in any order), summing in the same fixed order as ``"barrier"``. A program waits only for its
@@ -59,7 +64,8 @@ the waiting side polls with ``acquire`` atomics and a ``bar.sync`` orders the ot
 after the poll that saw the count, and those loads go to L2 (``.cg``), never to a stale L1 line.
 
 Workspaces and counters are cached per device and grown on demand; every launch leaves the
-counters (and the atomic accumulator) at zero. Two streams running this kernel concurrently
+atomic mode's counters and accumulator at zero and each barrier arrival count on a multiple of
+its grid size. Two streams running this kernel concurrently
 must not share them (nor two processes under MPS the SMs that the barrier counts on).
 
 It is the ``skinny`` search tier (backend ``triton_skinny``, planned for long K and tiny outputs
@@ -119,12 +125,20 @@ INTERPRETER_BARRIER = False
 #: asks for (and what gemm.py's serial split-K relies on); no lost partial was seen without it
 #: (H100, 200 + 200 repetitions), and it costs about 0.6 us on 64x64x65536.
 BARRIER_FENCE = False
+#: Barrier mode: arrivals in an only-growing count per grid size (``_grid_sync``) instead of a
+#: counter pair that the last program to depart zeroes (False: the earlier scheme, to measure
+#: against: ``scripts/bench/hard_probe.py s6``).
+GROWING_BARRIER = True
+#: Tagged mode: a thread's two adjacent words in one 16-byte relaxed store (False: one 8-byte
+#: store a word, to measure against).
+TAGGED_PAIRS = True
 #: Most partial values one program loads at once in the share-wise reduction.
 _REDUCE_ELEMS = 4096
 
 _WORKSPACE: dict[torch.device, torch.Tensor] = {}
 _ACCUM: dict[torch.device, torch.Tensor] = {}
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
+_ARRIVALS: dict[torch.device, torch.Tensor] = {}
 _TAGGED: dict[torch.device, torch.Tensor] = {}
 _EPOCH: dict[torch.device, int] = {}
 
@@ -173,13 +187,26 @@ def _reduce_share(ws_ptr, c_ptr, tile, share, TILES, M, N, stride_cm, stride_cn,
 
 
 @triton.jit
-def _store_tagged(ptrs, acc, EPOCH, RELAXED: tl.constexpr):
+def _store_tagged(ptrs, acc, EPOCH, RELAXED: tl.constexpr, PAIRS: tl.constexpr):
     # Each fp32 partial value as one 64-bit word, this launch's EPOCH in its high half, stored
     # with st.relaxed.gpu (inline asm: a strong, single-copy atomic store, so a reader that sees
     # the epoch sees the value with it). The interpreter has no inline asm: a plain store.
+    # PAIRS: a thread's consecutive two values go out as one 16-byte relaxed vector store
+    # (each word still single-copy atomic) where their words are adjacent and 16-byte aligned,
+    # as the matrix-unit layouts hold them; the asm checks that and else stores them apart.
     bits = acc.to(tl.uint32, bitcast=True).to(tl.uint64)
     word = (bits | (EPOCH.to(tl.uint64) << 32)).to(tl.int64, bitcast=True)
-    if RELAXED:
+    if RELAXED and PAIRS:
+        tl.inline_asm_elementwise(
+            "{\n\t.reg .pred p;\n\t.reg .b64 d, a;\n\t"
+            "sub.s64 d, $3, $2;\n\tand.b64 a, $2, 15;\n\t"
+            "setp.eq.s64 p, d, 8;\n\tsetp.eq.and.s64 p, a, 0, p;\n\t"
+            "@p st.relaxed.gpu.global.v2.b64 [$2], {$4, $5};\n\t"
+            "@!p st.relaxed.gpu.global.b64 [$2], $4;\n\t"
+            "@!p st.relaxed.gpu.global.b64 [$3], $5;\n\t"
+            "mov.u32 $0, 0;\n\tmov.u32 $1, 0;\n\t}",
+            "=r,=r,l,l,l,l", [ptrs.to(tl.int64), word], dtype=tl.int32, is_pure=False, pack=2)
+    elif RELAXED:
         tl.inline_asm_elementwise("st.relaxed.gpu.global.b64 [$1], $2;\n\tmov.u32 $0, 0;",
                                   "=r,l,l", [ptrs.to(tl.int64), word], dtype=tl.int32,
                                   is_pure=False, pack=1)
@@ -277,6 +304,26 @@ def _grid_arrive_and_wait(cnt_ptr, SPIN: tl.constexpr):
 
 
 @triton.jit
+def _grid_sync(arr_ptr, SPIN: tl.constexpr):
+    # All programs of the grid meet here, with no departure step to reset a counter (one atomic
+    # round trip less at the end of every program); returns False in a program that gave up.
+    # Grid size G counts in slot G of an int64 array that only grows: every launch of G
+    # programs adds exactly G, so a launch starts on a multiple of G and opens at the next.
+    nprog = tl.num_programs(0)
+    slot = arr_ptr + nprog
+    tl.debug_barrier()
+    old = tl.atomic_add(slot, 1, sem="acq_rel", scope="gpu")
+    target = old - old % nprog + nprog
+    seen = old + 1
+    spins = 0
+    while (seen < target) & (spins < SPIN):
+        seen = tl.atomic_add(slot, 0, sem="acquire", scope="gpu")
+        spins += 1
+    tl.debug_barrier()
+    return seen >= target
+
+
+@triton.jit
 def _grid_depart(cnt_ptr):
     # Every arrival precedes its program's departure, so when the departures reach the grid
     # size no program is still spinning on (or yet to add to) the arrival counter.
@@ -292,7 +339,8 @@ def _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, st
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
             TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
             CHUNK: tl.constexpr, SHARE: tl.constexpr, SHARE_BLOCK: tl.constexpr,
-            FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr, EPOCH, K_BLOCK: tl.constexpr):
+            FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr, EPOCH, K_BLOCK: tl.constexpr,
+            GROWING: tl.constexpr, PAIRS: tl.constexpr):
     TILE: tl.constexpr = BLOCK_M * BLOCK_N
     pid_m = tile // TILES_N
     pid_n = tile % TILES_N
@@ -306,7 +354,7 @@ def _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, st
     elif MODE == 3:
         # tagged: no barrier, no counters; readers wait for this launch's epoch in the words
         part = ws_ptr + (pid_k.to(tl.int64) * TILES + tile) * TILE + local
-        _store_tagged(part, acc, EPOCH, FENCE)
+        _store_tagged(part, acc, EPOCH, FENCE, PAIRS)
         _reduce_tagged(ws_ptr, c_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn, EPOCH,
                        BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, CHUNK, SHARE, SHARE_BLOCK, K_BLOCK,
                        SPIN)
@@ -328,10 +376,14 @@ def _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, st
         tl.store(part, acc)
         if MODE == 1:
             _fence_each_thread(tile, FENCE and BARRIER_FENCE)
-            ok = _grid_arrive_and_wait(cnt_ptr, SPIN)
+            if GROWING:
+                ok = _grid_sync(cnt_ptr, SPIN)
+            else:
+                ok = _grid_arrive_and_wait(cnt_ptr, SPIN)
             _reduce_share(ws_ptr, c_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn, ok,
                           BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, CHUNK, SHARE, SHARE_BLOCK)
-            _grid_depart(cnt_ptr)
+            if not GROWING:
+                _grid_depart(cnt_ptr)
 
 
 @triton.jit(do_not_specialize=["EPOCH"])
@@ -343,7 +395,7 @@ def _skinny_kernel(
     SPLIT_K: tl.constexpr, TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
     CHUNK: tl.constexpr, SHARE: tl.constexpr, SHARE_BLOCK: tl.constexpr,
     FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr, K_BLOCK: tl.constexpr,
-    EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr,
+    GROWING: tl.constexpr, PAIRS: tl.constexpr, EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
@@ -383,7 +435,7 @@ def _skinny_kernel(
         b_ptrs += BLOCK_K * stride_bk
     _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
             BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK, SHARE, SHARE_BLOCK,
-            FENCE, BARRIER_FENCE, EPOCH, K_BLOCK)
+            FENCE, BARRIER_FENCE, EPOCH, K_BLOCK, GROWING, PAIRS)
 
 
 @triton.jit(do_not_specialize=["EPOCH"])
@@ -394,7 +446,7 @@ def _skinny_tma_kernel(
     SPLIT_K: tl.constexpr, TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr,
     CHUNK: tl.constexpr, SHARE: tl.constexpr, SHARE_BLOCK: tl.constexpr,
     FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr, K_BLOCK: tl.constexpr,
-    A_COL: tl.constexpr, B_COL: tl.constexpr,
+    GROWING: tl.constexpr, PAIRS: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
 ):  # fmt: skip
     # Same work as _skinny_kernel, tiles through the TMA engine (out-of-bounds reads are zeros;
     # a K slice past the end of K reads only zeros).
@@ -411,7 +463,7 @@ def _skinny_tma_kernel(
         acc = tl.dot(a, b, acc)
     _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
             BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK, SHARE, SHARE_BLOCK,
-            FENCE, BARRIER_FENCE, EPOCH, K_BLOCK)
+            FENCE, BARRIER_FENCE, EPOCH, K_BLOCK, GROWING, PAIRS)
 
 
 @triton.jit
@@ -521,7 +573,10 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         cnt = ws
     elif split_k > 1:
         ws = _buffer(_WORKSPACE, a.device, split_k * tiles * tile, torch.float32, zeroed=False)
-        cnt = _buffer(_COUNTERS, a.device, 2, torch.int32, zeroed=True)
+        if mode == "barrier" and GROWING_BARRIER:
+            cnt = _buffer(_ARRIVALS, a.device, grid + 1, torch.int64, zeroed=True)
+        else:
+            cnt = _buffer(_COUNTERS, a.device, 2, torch.int32, zeroed=True)
     else:
         ws = cnt = out
     mode_id = _MODE_ID[mode]
@@ -538,6 +593,7 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
                   MODE=mode_id, SPIN=SPIN_LIMIT, CHUNK=chunk, SHARE=share,
                   SHARE_BLOCK=share_block, K_BLOCK=triton.next_power_of_2(split_k),
                   FENCE=not _interpreting(a.device), BARRIER_FENCE=BARRIER_FENCE,
+                  GROWING=GROWING_BARRIER, PAIRS=TAGGED_PAIRS,
                   num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if descs is not None:
         (a_desc, a_col), (b_desc, b_col) = descs

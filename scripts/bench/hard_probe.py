@@ -3,7 +3,7 @@
 (read ceiling, modes, tiles, where its time goes), timed with the worker's ``EventBench`` (read
 flush, rotated input sets), each kernel checked against the float64 reference first.
 
-    OUT=DIR python -m scripts.bench.hard_probe [u] [s] [s2] [s3] [s4] [s5] [r]
+    OUT=DIR python -m scripts.bench.hard_probe [u] [s] [s2] [s3] [s4] [s5] [s6] [r]
 
 (no argument: ``u`` and ``s``). Writes ``$OUT/probe.json`` and prints a table. The numbers of
 docs/benchmarks/gemm_hard_h100_2026-11-25.md come from it."""
@@ -312,6 +312,79 @@ def long_k5() -> None:
                 _skinny(sh, f"skinny {cfg}", sets, refs, cfg)
 
 
+def _flagged(cfg: dict, growing: bool, pairs: bool):
+    """A skinny call factory under the module's reduction switches (read at each launch)."""
+    def make(s):
+        def call():
+            skinny.GROWING_BARRIER, skinny.TAGGED_PAIRS = growing, pairs
+            try:
+                skinny.matmul_skinny(s.a, s.b, cfg, out=s.out)
+            finally:
+                skinny.GROWING_BARRIER, skinny.TAGGED_PAIRS = True, True
+        return call
+    return make
+
+
+def long_k6(rounds: int = 7) -> None:
+    """The barrier without its departure step (an only-growing arrival count) and the tagged
+    mode with paired 16-byte stores, each beside the mode it replaces, interleaved round by
+    round (one median per variant per round), after a bitwise and a 50-call repeat check."""
+    cases = {(128, 128, 262144): [(64, 64, 128, 33, 4, 5, 1), (64, 64, 128, 33, 4, 4, 0)],
+             (32, 512, 98304): [(32, 64, 128, 16, 2, 4, 1), (32, 64, 128, 16, 2, 4, 0),
+                                (32, 128, 128, 33, 4, 4, 0)]}
+    variants = (("barrier", False, True, "barrier (depart)"),
+                ("barrier", True, True, "barrier (growing)"),
+                ("tagged", True, False, "tagged (single)"),
+                ("tagged", True, True, "tagged (pairs)"))
+    for (m, n, k), cfgs in cases.items():
+        p = GemmProblem(m, n, k)
+        sh = f"{m}x{n}x{k}"
+        sets = [make_inputs(p, "cuda", seed=800 + i) for i in range(2)]
+        refs = [reference_for(st) for st in sets]
+        calls = {"cublas": [_cublas(st) for st in sets]}
+        s0 = sets[0]
+        for *shape, tma in cfgs:
+            ref_out = None
+            for mode, growing, pairs, label in variants:
+                cfg = _cfg(*shape, mode, tma)
+                make = _flagged(cfg, growing, pairs)
+                name = f"{label} {shape} tma{tma}"
+                row = {"shape": sh, "name": "check " + name}
+                try:
+                    s0.out.fill_(float("nan"))
+                    make(s0)()
+                    torch.cuda.synchronize()
+                    row["err"] = rel_error(s0.out, refs[0])
+                    first = s0.out.clone()
+                    bad = 0
+                    for _ in range(50):
+                        s0.out.fill_(float("nan"))
+                        make(s0)()
+                        bad += int(not torch.equal(s0.out, first))
+                    row["repeat_mismatches_of_50"] = bad
+                    if mode == "barrier":
+                        row["bitwise_as_depart"] = (ref_out is None
+                                                    or bool(torch.equal(first, ref_out)))
+                        ref_out = first if ref_out is None else ref_out
+                    if row["err"] < 2e-2 and bad == 0:
+                        calls[name] = [make(st) for st in sets]
+                except Exception as exc:  # noqa: BLE001
+                    row["error"] = repr(exc)[:400]
+                    traceback.print_exc(limit=2)
+                ROWS.append(row)
+                print(json.dumps(row), flush=True)
+        per: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(rounds):
+            for name, fns in calls.items():
+                per[name].append(BENCH(fns).median_us)
+        for name, us in per.items():
+            us_sorted = sorted(us)
+            row = {"shape": sh, "name": "interleaved " + name, "us": us_sorted[len(us) // 2],
+                   "min_us": us_sorted[0], "max_us": us_sorted[-1], "rounds": us}
+            ROWS.append(row)
+            print(json.dumps(row), flush=True)
+
+
 def read_ceiling_mid() -> None:
     """What reading the operands of the mid-m shapes alone takes (the floor under any kernel
     of them that reads A and B once), beside cuBLAS on the same shapes."""
@@ -342,6 +415,8 @@ if __name__ == "__main__":
             long_k4()
         if "s5" in ONLY:
             long_k5()
+        if "s6" in ONLY:
+            long_k6()
         if "r" in ONLY:
             read_ceiling_mid()
     finally:

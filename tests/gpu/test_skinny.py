@@ -55,9 +55,13 @@ CASES: list[tuple[tuple[int, int, int], str, dict[str, Any]]] = [
 
 
 def counters_zero() -> bool:
+    """The atomic mode's counters and accumulator are zero, and each barrier arrival count a
+    multiple of its grid size (slot ``g`` for ``g`` programs)."""
     dev = torch.device("cuda", torch.cuda.current_device())
     cnt, acc = skinny._COUNTERS.get(dev), skinny._ACCUM.get(dev)
-    return (cnt is None or not bool(cnt.any())) and (acc is None or not bool(acc.any()))
+    arrivals = skinny._ARRIVALS.get(dev)
+    grown = arrivals is None or all(int(v) % g == 0 for g, v in enumerate(arrivals.tolist()) if g)
+    return grown and (cnt is None or not bool(cnt.any())) and (acc is None or not bool(acc.any()))
 
 
 @pytest.mark.parametrize(("shape", "kind", "config"), CASES)

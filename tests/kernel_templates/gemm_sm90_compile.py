@@ -125,10 +125,12 @@ def skinny_compiled(config: dict[str, Any]) -> Any:
 
     cfg = skinny.check_skinny_config(config)
     tagged = cfg["MODE"] == "tagged"
+    growing = cfg["MODE"] == "barrier" and skinny.GROWING_BARRIER
     # unit strides are constants, as the JIT specializes an integer argument equal to 1
     ints = ("EPOCH", "M", "N", "K", "K_PER_SPLIT", "stride_am", "stride_bk", "stride_cm")
     types = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16",
-             "ws_ptr": "*i64" if tagged else "*fp32", "cnt_ptr": "*i64" if tagged else "*i32",
+             "ws_ptr": "*i64" if tagged else "*fp32",
+             "cnt_ptr": "*i64" if tagged or growing else "*i32",
              **dict.fromkeys(ints, "i32")}
     share = triton.cdiv(cfg["BLOCK_M"] * cfg["BLOCK_N"], cfg["SPLIT_K"])
     block = triton.next_power_of_2(share)
@@ -137,7 +139,8 @@ def skinny_compiled(config: dict[str, Any]) -> Any:
                   SPLIT_K=cfg["SPLIT_K"], TILES_N=4, MODE=skinny._MODE_ID[cfg["MODE"]],
                   SPIN=1 << 20, CHUNK=chunk, SHARE=share, SHARE_BLOCK=block,
                   K_BLOCK=triton.next_power_of_2(cfg["SPLIT_K"]), FENCE=True,
-                  BARRIER_FENCE=False,
+                  BARRIER_FENCE=False, GROWING=skinny.GROWING_BARRIER,
+                  PAIRS=skinny.TAGGED_PAIRS,
                   EVEN_K=True, EVEN_MN=True, INPUT_PRECISION="tf32", stride_ak=1,
                   stride_bn=1, stride_cn=1)
     aligned = ["a_ptr", "b_ptr", "c_ptr", "ws_ptr", "cnt_ptr", "stride_am", "stride_bk",

@@ -2,7 +2,8 @@
 ptxas, in a process of its own: ``gemm_sm90_compile``), and the PTX has what they are for: stream-K
 issues TMA bulk-tensor loads and ``wgmma`` on its TMA path, waits with acquire loads and
 publishes with a release exchange; the skinny kernel's tagged reduction stores each partial
-value with its epoch in one relaxed 64-bit store and polls without atomics; the repair's copy
+value with its epoch in one relaxed 64-bit store (two adjacent ones in one 16-byte store) and
+polls without atomics, and its barrier arrives once with no departure; the repair's copy
 stores 16-byte vectors into the aligned scratch (given the alignment Triton's JIT marks on the
 arguments) while it reads an unaligned source element by element. This catches what the
 interpreter cannot: a construct Triton's compiler rejects (loop-carried types, constexpr
@@ -58,9 +59,14 @@ def test_the_skinny_tagged_reduction_stores_tagged_words_and_waits_without_atomi
         compiled) -> None:
     tagged, barrier = compiled["skinny_tagged"], compiled["skinny_barrier"]
     assert tagged.get("st.relaxed.gpu.global.b64")  # value and epoch in one strong store
+    # two adjacent words of a thread in one 16-byte strong store (TAGGED_PAIRS)
+    assert tagged.get("st.relaxed.gpu.global.v2.b64")
     assert any(k.startswith("ld.volatile.global") for k in tagged)  # the polls
     assert not any(k.startswith("atom") for k in tagged)  # no barrier, no counters
-    assert any(k.startswith("atom") for k in barrier)
+    # the barrier: one arrival (a 64-bit count that only grows), polled with acquire loads, and
+    # no departure (GROWING_BARRIER)
+    assert barrier == {**barrier, "atom.global.gpu.acq_rel.add.u64": 1}
+    assert sum(v for k, v in barrier.items() if k.startswith("atom")) == 1
 
 
 def test_the_stream_k_and_skinny_seeds_of_the_hard_shapes_fit_sm90_shared_memory() -> None:

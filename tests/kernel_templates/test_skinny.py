@@ -26,10 +26,15 @@ def cfg(split_k: int = 2, mode: str = "barrier", bm: int = 16, bn: int = 32, bk:
 
 
 def clean(device: str) -> bool:
-    """Counters and the atomic accumulator are all zero (every launch must leave them so)."""
+    """Counters and the atomic accumulator are all zero, and each barrier arrival count (slot
+    ``g`` for a grid of ``g`` programs) a multiple of its grid size: every launch must leave
+    them so."""
     dev = torch.device(device)
     bufs = [skinny._COUNTERS.get(dev), skinny._ACCUM.get(dev)]
-    return all(b is None or not b.any().item() for b in bufs)
+    arrivals = skinny._ARRIVALS.get(dev)
+    grown = arrivals is None or all(
+        int(v) % g == 0 for g, v in enumerate(arrivals.tolist()) if g)
+    return grown and all(b is None or not b.any().item() for b in bufs)
 
 
 def check(problem: GemmProblem, config: dict, device: str, seed: int = 0) -> torch.Tensor:
@@ -108,16 +113,21 @@ def test_out_dtype_and_new_output(device: str) -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter-only: programs run in turn")
 def test_forced_barrier_in_interpreter_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
     # Programs run one after another: all but the last wait in vain, give up after SPIN_LIMIT
-    # polls and write NaN into their share; counters still end at zero, and the next normal
-    # call is right. A bounded spin: this test finishing is the no-hang check.
+    # polls and write NaN into their share; the arrival count ends on a multiple of the grid,
+    # and the next normal call is right. A bounded spin: this test finishing is the no-hang check.
     monkeypatch.setattr(skinny, "INTERPRETER_BARRIER", True)
     monkeypatch.setattr(skinny, "SPIN_LIMIT", 3)
+    monkeypatch.setattr(skinny, "_ARRIVALS", {})
     p = GemmProblem(m=32, n=32, k=64, dtype="fp16")
-    inp = make_inputs(p, "cpu", 0)
-    matmul_skinny(inp.a, inp.b, cfg(2), out=inp.out)
-    # 2 tiles x 2 slices = 4 programs, each owning 256 of the 1024 outputs; 3 gave up.
-    assert int(torch.isnan(inp.out).sum()) == 3 * 256
-    assert clean("cpu")
+    for launch in (1, 2):
+        inp = make_inputs(p, "cpu", launch)
+        matmul_skinny(inp.a, inp.b, cfg(2), out=inp.out)
+        # 2 tiles x 2 slices = 4 programs, each owning 256 of the 1024 outputs; 3 gave up.
+        # The second launch counts on from the first's 4 arrivals: its barrier opens at 8, not
+        # at once on the count the first launch left.
+        assert int(torch.isnan(inp.out).sum()) == 3 * 256
+        assert int(skinny._ARRIVALS[torch.device("cpu")][4]) == 4 * launch
+        assert clean("cpu")
     monkeypatch.setattr(skinny, "INTERPRETER_BARRIER", False)
     check(p, cfg(2), "cpu")
 
