@@ -324,6 +324,24 @@ def test_skinny_seeds_fill_the_sms_with_enough_bytes_in_flight(index: int,
                for r in skinny_space.violations(p, wide, LIMITS))
 
 
+@pytest.mark.parametrize("index", [3, 4])
+def test_skinny_seeds_try_tma_loads_first_then_their_pointer_twins(index: int) -> None:
+    # TMA loads first (the barrier and the tagged reduction of the two best tile shapes, and
+    # BLOCK_K 256 three deep where the slices allow it), each followed later by the same
+    # configuration with pointer loads; 2 warps for tiles of at most 2048 elements
+    seeds = skinny_space.seeds(shape(index), 132)
+    lead = [s for s in seeds[:6] if s["TMA"] == 1]
+    assert seeds[0]["TMA"] == 1 and len(lead) >= 4
+    assert {s["MODE"] for s in lead} == {"barrier", "tagged"}
+    for s in lead:
+        assert s["num_warps"] == (2 if s["BLOCK_M"] * s["BLOCK_N"] <= 2048 else 4)
+        if s["BLOCK_K"] <= 128:
+            assert seeds.index({**s, "TMA": 0}) > seeds.index(s)
+    if index == 4:  # 32x512x98304: the 32x64 tile, BLOCK_K 256 three deep, 2 warps
+        assert dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=256, SPLIT_K=16, num_warps=2,
+                    num_stages=3, MODE="barrier", TMA=1) in lead
+
+
 def test_skinny_splits_that_leave_slices_empty_are_infeasible() -> None:
     p = shape(3)
     seed = skinny_space.seeds(p, 132)[0]

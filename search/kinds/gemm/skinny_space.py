@@ -148,14 +148,17 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
 
 
 def seeds(problem: GemmProblem, sm_count: int) -> list[dict[str, Any]]:
-    """Starting points, pointer loads. Tile shapes are ranked by how fully their largest
-    one-wave split fills the SMs (ties: the H100's best for 64x64x65536 first: 64x64, then
-    64x32). The best two get, in turn, ``BLOCK_K`` 128 five stages deep under the barrier, then
-    four stages under the tagged reduction (2 warps for tiles of at most 2048 elements, else 4),
-    then under the barrier four stages (4 warps), 256 three, 128 five (8 warps), as far as the
-    shared memory holds them, and their largest power-of-two split; then the rest of the shapes,
-    and last the two-launch reduction over splits that fill two waves. Where whole ``BLOCK_K``
-    steps would leave the last K slices empty, half the ``BLOCK_K`` two stages deeper."""
+    """Starting points. Tile shapes are ranked by how fully their largest one-wave split fills
+    the SMs (ties: the H100's best for 64x64x65536 first: 64x64, then 64x32). The best two get,
+    in turn, TMA loads with ``BLOCK_K`` 128 five stages deep under the barrier, four under the
+    tagged reduction and ``BLOCK_K`` 256 three deep under the barrier (2 warps for tiles of at
+    most 2048 elements, else 4); then pointer loads: ``BLOCK_K`` 128 five stages deep under the
+    barrier, four under the tagged reduction (warps as before), then under the barrier four
+    stages (4 warps), 256 three, 128 five (8 warps), as far as the shared memory holds them,
+    and their largest power-of-two split; then the rest of the shapes, and last the two-launch
+    reduction over splits that fill two waves. Where whole ``BLOCK_K`` steps would leave the
+    last K slices empty, half the ``BLOCK_K`` two stages deeper. (TMA loads where the operands
+    allow them: the launcher falls back to pointer loads where they do not.)"""
     sms = sm_count or 132
     legal = {c.name: set(c.values) for c in space(problem, sms)}
     order = [(64, 64), (64, 32), (32, 64), (16, 128), (32, 128), (16, 64), (64, 128)]
@@ -168,28 +171,33 @@ def seeds(problem: GemmProblem, sm_count: int) -> list[dict[str, Any]]:
 
     shapes = [t for t in shapes if split(*t, 1)]
     shapes.sort(key=lambda t: -_tiles(problem, *t) * (split(*t, 1) or 0))
-    rows: list[tuple[int, int, int, int | None, int, int, str]] = []
+    def warps(bm: int, bn: int) -> int:
+        return 2 if bm * bn <= 2048 else 4
+
+    rows: list[tuple[int, int, int, int | None, int, int, str, int]] = []
     best = shapes[:2]
-    rows += [(bm, bn, 128, split(bm, bn, 1), 4, 5, "barrier") for bm, bn in best]
-    rows += [(bm, bn, 128, split(bm, bn, 1), 2 if bm * bn <= 2048 else 4, 4, "tagged")
-             for bm, bn in best]
+    for bk, stages, mode in ((128, 5, "barrier"), (128, 4, "tagged"), (256, 3, "barrier")):
+        rows += [(bm, bn, bk, split(bm, bn, 1), warps(bm, bn), stages, mode, 1)
+                 for bm, bn in best]
+    rows += [(bm, bn, 128, split(bm, bn, 1), warps(bm, bn), 5, "barrier", 0) for bm, bn in best]
+    rows += [(bm, bn, 128, split(bm, bn, 1), warps(bm, bn), 4, "tagged", 0) for bm, bn in best]
     for bm, bn in best:
         sk = split(bm, bn, 1)
-        for bk, stages, warps in ((128, 4, 4), (256, 3, 4), (128, 5, 8)):
-            rows.append((bm, bn, bk, sk, warps, stages, "barrier"))
-        rows.append((bm, bn, 128, split(bm, bn, 1, pow2=True), 4, 4, "barrier"))
+        for bk, stages, w in ((128, 4, 4), (256, 3, 4), (128, 5, 8)):
+            rows.append((bm, bn, bk, sk, w, stages, "barrier", 0))
+        rows.append((bm, bn, 128, split(bm, bn, 1, pow2=True), 4, 4, "barrier", 0))
     for bm, bn in shapes[2:]:
-        rows.append((bm, bn, 128, split(bm, bn, 1), 4, 4, "barrier"))
+        rows.append((bm, bn, 128, split(bm, bn, 1), 4, 4, "barrier", 0))
     for bm, bn in shapes[:3]:
-        rows.append((bm, bn, 128, split(bm, bn, 2), 4, 4, "two_launch"))
+        rows.append((bm, bn, 128, split(bm, bn, 2), 4, 4, "two_launch", 0))
     out: list[dict[str, Any]] = []
     limits = DeviceLimits(sm_count=sms, smem_per_block=SEED_SMEM)
-    for bm, bn, bk, sk, warps, stages, mode in rows:
+    for bm, bn, bk, sk, w, stages, mode, tma in rows:
         # a BLOCK_K whose whole steps leave the last slices empty gives way to half of it,
         # two stages deeper (about as many bytes in flight)
         for step, depth in ((bk, stages), (bk // 2, min(6, stages + 2))):
-            config = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=step, SPLIT_K=sk, num_warps=warps,
-                          num_stages=depth, MODE=mode, TMA=0)
+            config = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=step, SPLIT_K=sk, num_warps=w,
+                          num_stages=depth, MODE=mode, TMA=tma)
             if (sk is not None and step in legal["BLOCK_K"]
                     and all(config[p] in legal[p] for p in PARAMS)
                     and not violations(problem, config, limits)):
