@@ -539,7 +539,12 @@ def _verification(c: CandidateRecord, m: MeasurementRecord | None) -> decision.V
         tuple(float(x) for x in extra.get("custom_us") or ()), m.gpu_s, m.error,
         int(ref_id) if ref_id is not None else None,
         tuple(float(x) for x in extra.get("reference_us") or ()),
-        _float_or_none(extra.get("custom_rel_error")))
+        _float_or_none(extra.get("custom_rel_error")),
+        tuple((int(r["id"]), tuple(float(x) for x in r.get("us") or ()),
+               _float_or_none(r.get("rel_error")))
+              for r in extra.get("runners_up") or () if r.get("id") is not None),
+        tuple((int(r["id"]) if r.get("id") is not None else None, str(r.get("reason", "")))
+              for r in extra.get("runners_up_dropped") or ()))
 
 
 def _float_or_none(value: Any) -> float | None:
@@ -559,6 +564,11 @@ def stored_evidence(d: decision.Decision, v: decision.Verification | None) -> di
                   "reference_id": v.reference_id, "library_us": list(v.library_us),
                   "custom_us": list(v.custom_us), "reference_us": list(v.reference_us),
                   "gpu_s": v.gpu_s}
+        if v.runners_up or v.runners_up_dropped:
+            rounds["runners_up"] = [{"id": rid, "us": list(us), "rel_error": err}
+                                    for rid, us, err in v.runners_up]
+            rounds["runners_up_dropped"] = [{"id": rid, "reason": why}
+                                            for rid, why in v.runners_up_dropped]
     return {**d.to_dict(), "verification": rounds}
 
 
@@ -573,6 +583,9 @@ def _verify_config(v: decision.Verify) -> dict[str, Any]:
         config["reference"] = {"backend": v.reference.backend,
                                "config": dict(v.reference.config)}
         config["reference_id"] = v.reference.id
+    if v.runners_up:
+        config["runners_up"] = [{"id": t.id, "backend": t.backend, "config": dict(t.config)}
+                                for t in v.runners_up]
     return config
 
 

@@ -208,12 +208,45 @@ def _fp8_peak(sustained: _Sustained, shapes: tuple[Shape, ...], device: Any, gen
     return _Peak()
 
 
+def _runners_up(cand: Candidate, spec: Any, sets: Any, ref: Any, cuda: bool
+                ) -> tuple[dict[str, tuple[int, list[Any], float]], list[dict[str, Any]]]:
+    """The runoff's other finalists that pass the re-check, by side name (``runner_up_<id>``:
+    id, calls, error), and those left out with the reason."""
+    from kernel_templates.registry import check_supported
+
+    runners: dict[str, tuple[int, list[Any], float]] = {}
+    dropped: list[dict[str, Any]] = []
+    for part in spec if isinstance(spec, list) else []:
+        if not isinstance(part, dict) or "backend" not in part or "id" not in part:
+            dropped.append({"id": None, "reason": "a runner-up needs id, backend and config"})
+            continue
+        rid = int(part["id"])
+        c = Candidate(cand.problem, str(part["backend"]), dict(part.get("config") or {}))
+        try:
+            check_supported(c.backend, c.problem)
+            fns, err, tol = checked_calls(c, sets, ref, cuda)
+        except Exception as exc:  # noqa: BLE001 - a finalist that cannot run leaves the runoff
+            dropped.append({"id": rid, "reason": f"{type(exc).__name__}: {exc}"[:300]})
+            continue
+        if not err <= tol:
+            dropped.append({"id": rid, "reason": f"rel_error {err:.3g} over tolerance "
+                                                 f"{tol:.3g} on the re-check"})
+            continue
+        runners[f"runner_up_{rid}"] = (rid, fns, err)
+    return runners, dropped
+
+
 def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets: int,
            seed: int, rewarmed: Any = None) -> Measurement:
     """Re-check and time the library and the custom contender (and cuBLAS as the reference,
     when the config names one) interleaved. A config without ``custom`` but with a
     ``reference`` is a library confirmation: the library's pick against cuBLAS; the
     measurement's median is then the library's.
+
+    ``runners_up`` (a list of ``{"id", "backend", "config"}``): other custom finalists, timed
+    in the same rounds (the runoff; ``extra["runners_up"]``: each one's id, rounds and error).
+    One wrong on the re-check, or that cannot run, is left out with its reason
+    (``extra["runners_up_dropped"]``) instead of failing the verification.
 
     ``rewarmed`` (optional) times the rounds after the first: the same timing with a shorter
     warm-up, since by then every contender has run and the GPU has been busy throughout."""
@@ -250,6 +283,11 @@ def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets:
                                      f"tolerance {tol:.3g} on the re-check",
                                extra={f"{side}_rel_error": err})
         calls[side] = fns
+    runners, dropped = _runners_up(cand, spec.get("runners_up"), sets, ref, cuda)
+    for name, (_, fns, err) in runners.items():
+        calls[name] = fns
+        errors[name] = err
+    sides = (*sides, *runners)
     times: dict[str, list[float]] = {side: [] for side in sides}
     reps: list[int] = []
     for r in range(rounds):
@@ -260,9 +298,15 @@ def verify(cand: Candidate, env: dict[str, Any], bench: Any, cuda: bool, n_sets:
             reps.append(timing.reps)
     main = "custom" if "custom" in times else "library"  # a confirmation: the library's pick
     cus = times[main]
-    extra: dict[str, Any] = {f"{side}_us": times[side] for side in sides}
-    extra.update({f"{side}_rel_error": errors[side] for side in sides})
+    named = [side for side in sides if side not in runners]
+    extra: dict[str, Any] = {f"{side}_us": times[side] for side in named}
+    extra.update({f"{side}_rel_error": errors[side] for side in named})
     extra.update({"order": f"rotating: {', '.join(sides)} first", "round_reps": reps})
+    if runners or dropped:
+        extra["runners_up"] = [{"id": rid, "us": times[name], "rel_error": errors[name]}
+                               for name, (rid, _, _) in runners.items()]
+    if dropped:
+        extra["runners_up_dropped"] = dropped
     return Measurement(
         status=Status.OK, median_us=statistics.median(cus), p20_us=min(cus), p80_us=max(cus),
         reps=rounds, rel_error=errors[main], bench_s=time.perf_counter() - t0,

@@ -53,12 +53,18 @@ class Verify:
     ``custom`` None: a library confirmation (``policy.confirm_library``). The decision keeps
     the library without a verdict 2, and its best kernel other than cuBLAS (a CUTLASS op) is
     faster than cuBLAS or within ``policy.verify_margin`` of it in the stage timings: the two
-    are re-measured interleaved, and the faster there is the library's pick."""
+    are re-measured interleaved, and the faster there is the library's pick.
+
+    ``runners_up``: custom trials within ``policy.runoff_margin`` of the custom best in the
+    search, up to ``policy.runoff - 1`` of them. Their search medians were taken at other
+    moments than the best's, so which of them is fastest is decided in the same rounds."""
 
     library: Trial
     custom: Trial | None
     rounds: int
     reference: Trial | None = None
+    #: the runoff's other custom finalists (``policy.runoff``), timed in the same rounds
+    runners_up: tuple[Trial, ...] = ()
 
 
 @dataclass(frozen=True)

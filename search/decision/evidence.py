@@ -128,6 +128,10 @@ class Verification:
     reference_us: tuple[float, ...] = ()
     #: the custom contender's error on the verification's own fresh inputs
     custom_rel_error: float | None = None
+    #: the runoff's other finalists that ran: (trial id, per-round medians, error)
+    runners_up: tuple[tuple[int, tuple[float, ...], float | None], ...] = ()
+    #: finalists left out of the rounds: (trial id or None, reason)
+    runners_up_dropped: tuple[tuple[int | None, str], ...] = ()
 
 
 @dataclass(frozen=True)

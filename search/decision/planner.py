@@ -211,11 +211,31 @@ def _verdict2(s: _Situation) -> Plan:
     if v is None or (v.library_id, v.custom_id) != (lib.id, cus.id):
         cublas = best_trial([t for t in ev.library if t.backend == ev.r.baseline])
         ref = cublas if cublas is not None and lib.backend != ev.r.baseline else None
-        return s.then(Stage.VERIFY, Verify(lib, cus, pol.verify_rounds, ref))
+        return s.then(Stage.VERIFY, Verify(lib, cus, pol.verify_rounds, ref,
+                                           runners_up(ev.custom, cus, pol)))
     if v.status is None:
         return s.then(Stage.VERIFY, Wait("waiting for the verification"))
     return Plan(Stage.DECIDED, (Decide(with_notes(
         ev, s.cut, decide_after_search(ev, s.rf, lib, cus, s.progress))),))
+
+
+def runners_up(custom: list[Trial] | tuple[Trial, ...], best: Trial, pol: Any
+               ) -> tuple[Trial, ...]:
+    """The runoff's other finalists: the fastest correct custom trials after ``best``, of
+    distinct configurations, within ``pol.runoff_margin`` of its search median, at most
+    ``pol.runoff - 1`` of them."""
+    bound = best.median_us * (1 + pol.runoff_margin)
+    seen = {(best.backend, config_key(best.config))}
+    out: list[Trial] = []
+    for t in sorted((t for t in custom if t.ok and t.id != best.id),
+                    key=lambda t: (t.median_us, t.id)):
+        if len(out) >= pol.runoff - 1 or t.median_us > bound:
+            break
+        key = (t.backend, config_key(t.config))
+        if key not in seen:
+            seen.add(key)
+            out.append(t)
+    return tuple(out)
 
 
 # -- the library confirmation ------------------------------------------------------------------

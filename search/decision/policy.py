@@ -115,6 +115,13 @@ class Policy:
         5, "interleaved rounds of a verification or a library confirmation", ge=5, le=100)
     verify_margin: float = _field(
         0.03, "re-measure a custom best only when within this of the library", ge=0, le=10)
+    runoff: int = _field(
+        3, "custom finalists a verification re-measures: the search's best and the fastest "
+           "others within runoff_margin of it, in the same rounds; the fastest there is the "
+           "custom pick (1: the best alone)", ge=1, le=8)
+    runoff_margin: float = _field(
+        0.02, "a custom trial this close to the search's best (relative) joins the runoff",
+        ge=0, le=1)
     cutlass_trials: int = _field(
         12, "trials of the CUTLASS search (0: none)", ge=0, le=10_000)
     cutlass_compile_s: float = _field(

@@ -198,6 +198,25 @@ def reference_alongside(ref: Trial, ref_us: float, lib: Trial, lib_us: float) ->
             f"library's pick {lib.backend} at {lib_us:.2f} us.")
 
 
+def runoff(best_label: str, best: Trial, finalists: list[tuple[str, Trial, float]],
+           won: Trial, dropped: list[tuple[int | None, str]]) -> str:
+    """The runoff among custom finalists: each one's search median and median in the rounds,
+    the winner, and any finalist left out of the rounds with why."""
+    parts = [f"{label} #{t.id}: {t.median_us:.2f} us in the search, {us:.2f} in the rounds"
+             for label, t, us in finalists]
+    head = (f"Runoff: {len(finalists)} custom finalists within the runoff margin of the "
+            f"search's best re-measured in the same rounds ({'; '.join(parts)})")
+    if won is best:
+        tail = f"; the search's best, {best_label} #{best.id}, stays the custom pick."
+    else:
+        tail = (f"; #{won.id} was the fastest there and is the custom pick instead of "
+                f"#{best.id}.")
+    out = head + tail
+    for rid, why in dropped:
+        out += f" Finalist #{rid} was left out of the rounds: {why}."
+    return out
+
+
 def verdict2(rounds: int, lib_us: float, custom_us: float, spread: float) -> str:
     """Verdict 2 on interleaved rounds: custom wins beyond the spread, else the library."""
     head = (f"Interleaved over {rounds} rounds the custom kernel took {custom_us:.2f} us vs "

@@ -188,6 +188,9 @@ def _interleaved(ev: Evidence, rf: Roofline | None, lib: Trial, cus: Trial, v: V
     """Verdict 2 on the verification's rounds. cuBLAS, when it ran as the reference and was
     faster than the library's pick there, becomes the library's side."""
     said: list[str] = []
+    cus, v, runoff = _runoff(ev, cus, v)
+    if runoff:
+        said.append(runoff)
     lm, cm = statistics.median(v.library_us), statistics.median(v.custom_us)
     ls, cs = _rounds_spread(v.library_us), _rounds_spread(v.custom_us)
     lib_pick, cus_pick = _pick(lib, rf, lm, ls), _pick(cus, rf, cm, cs)
@@ -217,6 +220,25 @@ def _interleaved(ev: Evidence, rf: Roofline | None, lib: Trial, cus: Trial, v: V
             said.append(rationale.lowered(cus.precision, err, bound))
     return _Outcome(verdict, lib_pick, cus_pick, tuple(said), verified=True,
                     reference=reference)
+
+
+def _runoff(ev: Evidence, cus: Trial, v: Verification) -> tuple[Trial, Verification, str]:
+    """The custom side after the runoff: the finalist (the search's best or a runner-up timed
+    in the same rounds) with the lowest median there, the verification with its rounds and
+    error as the custom side's, and the sentence that says so ("" without runners-up)."""
+    if not v.runners_up and not v.runners_up_dropped:
+        return cus, v, ""
+    by_id = {t.id: t for t in ev.custom}
+    finalists = [(statistics.median(v.custom_us), cus, v.custom_us, v.custom_rel_error)]
+    finalists += [(statistics.median(us), by_id[rid], us, err)
+                  for rid, us, err in v.runners_up if us and rid in by_id]
+    won_us, won, rounds, err = min(finalists, key=lambda f: (f[0], f[1].id))
+    said = rationale.runoff(ev.r.label(cus.backend), cus, [
+        (ev.r.label(t.backend), t, us) for us, t, _, _ in finalists], won,
+        [(rid, why) for rid, why in v.runners_up_dropped])
+    if won is cus:
+        return cus, v, said
+    return won, replace(v, custom_id=won.id, custom_us=rounds, custom_rel_error=err), said
 
 
 def _on_search_medians(ev: Evidence, rf: Roofline | None, lib: Trial, cus: Trial,

@@ -157,12 +157,13 @@ class ReplayDevice:
             return Verification(a.library.id, cus_id, str(wrong["status"]),
                                 gpu_s=self.gpu_s_per_trial, error="recheck failed",
                                 reference_id=ref.id if ref is not None else None)
-        sides = 1 + (a.custom is not None) + (ref is not None)
+        sides = 1 + (a.custom is not None) + (ref is not None) + len(a.runners_up)
         return Verification(a.library.id, cus_id, "ok", rounds(a.library),
                             rounds(a.custom) if a.custom is not None else (),
                             gpu_s=sides * self.gpu_s_per_trial,
                             reference_id=ref.id if ref is not None else None,
-                            reference_us=rounds(ref) if ref is not None else ())
+                            reference_us=rounds(ref) if ref is not None else (),
+                            runners_up=tuple((t.id, rounds(t), None) for t in a.runners_up))
 
     def _evidence(self, state: _State) -> Evidence:
         return Evidence(

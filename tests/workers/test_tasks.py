@@ -197,6 +197,55 @@ def test_a_pick_wrong_on_the_confirmations_recheck_fails_it(
     assert "library (cutlass)" in (m.error or "")
 
 
+def test_verification_times_the_runners_up_in_the_same_rotating_rounds() -> None:
+    from workers import tasks
+    from workers.bench import Timing
+
+    calls = iter(range(1, 100))  # FAKE bench: the n-th timing reads n us
+
+    def bench(fns: list) -> Timing:
+        return Timing(float(next(calls)), 0.0, 0.0, 1, 0.0, "fake")
+
+    other = {**TILE, "BLOCK_N": 16}
+    config = {**_verify_config(TILE), "runners_up": [{"id": 7, "backend": "triton",
+                                                      "config": other}]}
+    m = tasks.verify(Candidate.of_task(PROBLEM, "verify", config), {}, bench, CUDA, n_sets=1,
+                     seed=7)
+    assert m.status == Status.OK, m.error
+    # rounds: L C R7, C R7 L, R7 L C, L C R7, C R7 L
+    assert m.extra["library_us"] == [1, 6, 8, 10, 15]
+    assert m.extra["custom_us"] == [2, 4, 9, 11, 13]
+    [runner] = m.extra["runners_up"]
+    assert runner["id"] == 7 and runner["us"] == [3, 5, 7, 12, 14]
+    assert runner["rel_error"] < 2e-3 and "runner_up_7" in m.extra["order"]
+    assert "runners_up_dropped" not in m.extra and "runner_up_7_us" not in m.extra
+    assert m.median_us == 9  # the measurement's own median is still the custom side's
+
+
+def test_a_runner_up_wrong_on_the_recheck_leaves_the_runoff_not_the_verification(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernel_templates import registry
+
+    def sloppy(candidate, inputs):  # leaves element 0 of the (poisoned) output unwritten
+        def call():
+            full = torch.matmul(inputs.a, inputs.b)
+            inputs.out.view(-1)[1:] = full.view(-1)[1:]
+            return inputs.out
+        return call
+
+    registry.backends("gemm")
+    monkeypatch.setitem(registry.FACTORIES, ("gemm", "cutlass"), sloppy)
+    config = {**_verify_config(TILE), "runners_up": [
+        {"id": 8, "backend": "cutlass", "config": {}},
+        {"id": 9, "backend": "triton", "config": {**TILE, "BLOCK_N": 16}}]}
+    m = run("verify", config)
+    assert m.status == Status.OK, m.error
+    assert [r["id"] for r in m.extra["runners_up"]] == [9]
+    assert len(m.extra["runners_up"][0]["us"]) == 5
+    [dropped] = m.extra["runners_up_dropped"]
+    assert dropped["id"] == 8 and "rel_error" in dropped["reason"]
+
+
 def test_rounds_after_the_first_are_timed_with_the_rewarmed_bench(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import workers.execute as ex
