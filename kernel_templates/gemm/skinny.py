@@ -25,10 +25,10 @@ or Hopper TMA descriptors (``TMA``). How the partials are summed is the ``MODE``
   identical). The spin is bounded (``SPIN_LIMIT`` polls, about a second): a program that gives
   up writes NaN into its share of C, so a broken residency assumption (another process holding
   SMs through MPS, say) fails a correctness check instead of hanging the GPU.
-  Arrivals (``_grid_sync``): one int64 count per grid size ``G`` that only grows. Every launch
-  of ``G`` programs adds exactly ``G`` (kernels on one stream do not overlap), so a launch
-  starts on a multiple of ``G`` and its barrier opens at the next one: nothing is reset, no
-  memset launch, no departure step, and a program's last act is its store of C. (The earlier
+  Arrivals (``_grid_arrive_and_wait``): one int64 count per grid size ``G`` that only grows.
+  Every launch of ``G`` programs adds exactly ``G`` (kernels on one stream do not overlap), so a
+  launch starts on a multiple of ``G`` and its barrier opens at the next one: nothing is reset,
+  no memset launch, no departure step, and a program's last act is its store of C. (The earlier
   scheme, kept behind ``GROWING_BARRIER = False`` to measure against, counted departures and
   had the last to depart zero both counters: one more atomic round trip before each program
   could exit.)
@@ -125,9 +125,9 @@ INTERPRETER_BARRIER = False
 #: asks for (and what gemm.py's serial split-K relies on); no lost partial was seen without it
 #: (H100, 200 + 200 repetitions), and it costs about 0.6 us on 64x64x65536.
 BARRIER_FENCE = False
-#: Barrier mode: arrivals in an only-growing count per grid size (``_grid_sync``) instead of a
-#: counter pair that the last program to depart zeroes (False: the earlier scheme, to measure
-#: against: ``scripts/bench/hard_probe.py s6``).
+#: Barrier mode: arrivals in an only-growing count per grid size (``_grid_arrive_and_wait``)
+#: instead of a counter pair that the last program to depart zeroes (False: the earlier scheme,
+#: to measure against: ``scripts/bench/hard_probe.py s6``).
 GROWING_BARRIER = True
 #: Tagged mode: a thread's two adjacent words in one 16-byte relaxed store (False: one 8-byte
 #: store a word, to measure against).
@@ -288,32 +288,24 @@ def _fence_each_thread(x, FENCE: tl.constexpr):
 
 
 @triton.jit
-def _grid_arrive_and_wait(cnt_ptr, SPIN: tl.constexpr):
+def _grid_arrive_and_wait(cnt_ptr, SPIN: tl.constexpr, GROWING: tl.constexpr):
     # All programs of the grid meet here; returns False in a program that gave up waiting.
-    # cnt_ptr[0] counts arrivals; _grid_depart (after the program's last use of the workspace
-    # and off the critical path) counts departures, and the last to depart zeroes both.
+    # GROWING: grid size G counts in slot G of an int64 array that only grows: every launch of
+    # G programs adds exactly G, so a launch starts on a multiple of G and opens at the next;
+    # no departure step resets it (one atomic round trip less at the end of every program).
+    # Else cnt_ptr[0] counts arrivals; _grid_depart (after the program's last use of the
+    # workspace) counts departures, and the last to depart zeroes both.
     nprog = tl.num_programs(0)
-    tl.debug_barrier()
-    seen = tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu") + 1
-    spins = 0
-    while (seen < nprog) & (spins < SPIN):
-        seen = tl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
-        spins += 1
-    tl.debug_barrier()
-    return seen >= nprog
-
-
-@triton.jit
-def _grid_sync(arr_ptr, SPIN: tl.constexpr):
-    # All programs of the grid meet here, with no departure step to reset a counter (one atomic
-    # round trip less at the end of every program); returns False in a program that gave up.
-    # Grid size G counts in slot G of an int64 array that only grows: every launch of G
-    # programs adds exactly G, so a launch starts on a multiple of G and opens at the next.
-    nprog = tl.num_programs(0)
-    slot = arr_ptr + nprog
+    if GROWING:
+        slot = cnt_ptr + nprog
+    else:
+        slot = cnt_ptr
     tl.debug_barrier()
     old = tl.atomic_add(slot, 1, sem="acq_rel", scope="gpu")
-    target = old - old % nprog + nprog
+    if GROWING:
+        target = old - old % nprog + nprog
+    else:
+        target = nprog
     seen = old + 1
     spins = 0
     while (seen < target) & (spins < SPIN):
@@ -376,10 +368,7 @@ def _finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, st
         tl.store(part, acc)
         if MODE == 1:
             _fence_each_thread(tile, FENCE and BARRIER_FENCE)
-            if GROWING:
-                ok = _grid_sync(cnt_ptr, SPIN)
-            else:
-                ok = _grid_arrive_and_wait(cnt_ptr, SPIN)
+            ok = _grid_arrive_and_wait(cnt_ptr, SPIN, GROWING)
             _reduce_share(ws_ptr, c_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn, ok,
                           BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, CHUNK, SHARE, SHARE_BLOCK)
             if not GROWING:

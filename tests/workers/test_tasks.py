@@ -176,19 +176,21 @@ def test_a_library_confirmation_times_the_pick_and_cublas_only(where: str) -> No
     assert m.median_us == sorted(m.extra["library_us"])[2]
 
 
+def _sloppy(candidate, inputs):
+    """A GEMM factory that leaves element 0 of the (poisoned) output unwritten."""
+    def call():
+        full = torch.matmul(inputs.a, inputs.b)
+        inputs.out.view(-1)[1:] = full.view(-1)[1:]
+        return inputs.out
+    return call
+
+
 def test_a_pick_wrong_on_the_confirmations_recheck_fails_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from kernel_templates import registry
 
-    def sloppy(candidate, inputs):  # leaves element 0 of the (poisoned) output unwritten
-        def call():
-            full = torch.matmul(inputs.a, inputs.b)
-            inputs.out.view(-1)[1:] = full.view(-1)[1:]
-            return inputs.out
-        return call
-
     registry.backends("gemm")  # load the built-in GEMM kernels, then replace one
-    monkeypatch.setitem(registry.FACTORIES, ("gemm", "cutlass"), sloppy)
+    monkeypatch.setitem(registry.FACTORIES, ("gemm", "cutlass"), _sloppy)
     config = {"library": {"backend": "cutlass", "config": {}},
               "reference": {"backend": "cublas", "config": {}}, "rounds": 5,
               "library_id": 2, "reference_id": 1}
@@ -226,15 +228,8 @@ def test_a_runner_up_wrong_on_the_recheck_leaves_the_runoff_not_the_verification
         monkeypatch: pytest.MonkeyPatch) -> None:
     from kernel_templates import registry
 
-    def sloppy(candidate, inputs):  # leaves element 0 of the (poisoned) output unwritten
-        def call():
-            full = torch.matmul(inputs.a, inputs.b)
-            inputs.out.view(-1)[1:] = full.view(-1)[1:]
-            return inputs.out
-        return call
-
     registry.backends("gemm")
-    monkeypatch.setitem(registry.FACTORIES, ("gemm", "cutlass"), sloppy)
+    monkeypatch.setitem(registry.FACTORIES, ("gemm", "cutlass"), _sloppy)
     config = {**_verify_config(TILE), "runners_up": [
         {"id": 8, "backend": "cutlass", "config": {}},
         {"id": 9, "backend": "triton", "config": {**TILE, "BLOCK_N": 16}}]}
