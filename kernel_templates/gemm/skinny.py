@@ -246,6 +246,11 @@ def _interpreting(device: torch.device) -> bool:
     return device.type != "cuda" or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def _capturing(device: torch.device) -> bool:
+    """Whether the current CUDA stream is being captured into a graph."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def _sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return sm_count(device)
@@ -295,6 +300,9 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     with the skinny split-K kernel under ``config``; the output is ``out`` when given (contiguous
     ``[M, N]``, any served dtype) or a new tensor of the input dtype.
 
+    Under CUDA-graph capture ``MODE="tagged"`` runs as ``"barrier"`` (same tiles and split):
+    its epoch is a launch argument, which a graph would replay unchanged.
+
     ``Unsupported``: ``MODE="barrier"`` or ``"tagged"`` on a GPU with a grid larger than its SM
     count (their programs wait for each other, so all must be resident at once). In the CPU
     interpreter both run as ``"two_launch"`` (same arithmetic), unless ``INTERPRETER_BARRIER``.
@@ -316,6 +324,10 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     grid = tiles * split_k
     tile = bm * bn
     mode = cfg["MODE"] if split_k > 1 else "two_launch"
+    if mode == "tagged" and _capturing(a.device):
+        # the epoch is a launch argument: a graph would replay one epoch, and its readers
+        # would take the previous replay's words for this one's. The barrier is graph-safe.
+        mode = "barrier"
     if mode in RESIDENT_MODES and _interpreting(a.device) and not INTERPRETER_BARRIER:
         mode = "two_launch"
     if mode in RESIDENT_MODES and grid > _sm_count(a.device):

@@ -157,6 +157,24 @@ def test_forced_tagged_wait_in_interpreter_takes_only_its_own_launch(
     check(p, cfg(2, "tagged"), "cpu")
 
 
+def test_the_tagged_mode_runs_as_the_barrier_under_graph_capture(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A captured graph would replay one epoch, so under capture the tagged mode launches the
+    # barrier. Forced in the interpreter (programs in turn, bounded waits), the two leave
+    # different NaN patterns: the barrier 3 of 4 shares, the tagged mode 2 of 4.
+    monkeypatch.setattr(skinny, "INTERPRETER_BARRIER", True)
+    monkeypatch.setattr(skinny, "SPIN_LIMIT", 3)
+    p = GemmProblem(m=32, n=32, k=64, dtype="fp16")
+    dev = torch.device("cpu")
+    for capturing, nan_shares, epochs in ((True, 3, 0), (False, 2, 1)):
+        monkeypatch.setattr(skinny, "_capturing", lambda device, c=capturing: c)
+        before = skinny._EPOCH.get(dev, 0)
+        inp = make_inputs(p, "cpu", 3)
+        matmul_skinny(inp.a, inp.b, cfg(2, "tagged"), out=inp.out)
+        assert int(torch.isnan(inp.out).sum()) == nan_shares * 256
+        assert skinny._EPOCH.get(dev, 0) == before + epochs
+
+
 def test_barrier_grid_guard(monkeypatch: pytest.MonkeyPatch) -> None:
     # On a GPU a barrier (or tagged) grid larger than the SM count is refused, never launched.
     monkeypatch.setattr(skinny, "_interpreting", lambda device: False)
