@@ -6,7 +6,9 @@ flush, rotated input sets), each kernel checked against the float64 reference fi
     OUT=DIR python -m scripts.bench.hard_probe [u] [s] [s2] [s3] [s4] [s5] [s6] [r]
 
 (no argument: ``u`` and ``s``). Writes ``$OUT/probe.json`` and prints a table. The numbers of
-docs/benchmarks/gemm_hard_h100_2026-11-25.md come from it."""
+docs/benchmarks/gemm_hard_h100_2026-11-25.md come from it, and ``s6`` (the barrier's two
+counting schemes and the tagged mode's two store widths, interleaved) those of
+docs/benchmarks/gemm_longk_h100_2026-11-27.md."""
 
 from __future__ import annotations
 
