@@ -36,20 +36,19 @@ or Hopper TMA descriptors (``TMA``). How the partials are summed is the ``MODE``
   partial into a zeroed fp32 tile with ``atomic_add`` (done in L2), then bumps a per-tile counter;
   the last arrival of a tile reads the sums, casts and stores C, re-zeroes the workspace tile and
   its counter. The order of the fp32 additions depends on arrival order.
-- ``"tagged"`` (one launch, deterministic, no barrier and no counters): every program stores
-  each fp32 value of its partial tile as a 64-bit word whose high half is the launch's *epoch*
-  (a per-device launch count, as stream-K's flags), with ``st.relaxed.gpu`` (strong and
-  single-copy atomic: a word that carries the epoch carries its value; two adjacent words of a
-  thread in one 16-byte vector store where the layout holds them so, ``TAGGED_PAIRS``). Then
-  it polls one word
-  of its share in each of its tile's ``SPLIT_K`` partials until all carry the epoch (a few
-  hundred bytes a poll), loads its share, and polls again until every word does (stores land
-  in any order), summing in the same fixed order as ``"barrier"``. A program waits only for its
-  own tile's programs, and the wait is one load behind the last store instead of a release,
-  an atomic and a poll. Words of earlier launches carry older epochs, so nothing needs
-  resetting; the workspace (twice the bytes) is zeroed once when allocated, and after 2**31 - 2
-  launches. Like the barrier it needs every program resident at once (the same grid limit and
-  bounded spin; the interpreter runs ``"two_launch"``).
+- ``"tagged"`` (one launch, deterministic, no barrier and no counters): every program stores each
+  fp32 value of its partial tile as a 64-bit word whose high half is the launch's *epoch* (a
+  per-device launch count, as stream-K's flags), with ``st.relaxed.gpu`` (strong and single-copy
+  atomic: a word that carries the epoch carries its value; two adjacent words of a thread in one
+  16-byte vector store where the layout holds them so, ``TAGGED_PAIRS``). Then it polls one word
+  of its share in each of its tile's ``SPLIT_K`` partials until all carry the epoch (a few hundred
+  bytes a poll), loads its share, and polls again until every word does (stores land in any
+  order), summing in the same fixed order as ``"barrier"``. A program waits only for its own
+  tile's programs, and the wait is one load behind the last store instead of a release, an atomic
+  and a poll. Words of earlier launches carry older epochs, so nothing needs resetting; the
+  workspace (twice the bytes) is zeroed once when allocated, and after 2**31 - 2 launches. Like
+  the barrier it needs every program resident at once (the same grid limit and bounded spin; the
+  interpreter runs ``"two_launch"``).
 - ``"two_launch"`` (reference path): partials as in ``"barrier"``, then a second kernel of the same
   grid does the same share-wise sum.
 
@@ -65,8 +64,8 @@ after the poll that saw the count, and those loads go to L2 (``.cg``), never to 
 
 Workspaces and counters are cached per device and grown on demand; every launch leaves the
 atomic mode's counters and accumulator at zero and each barrier arrival count on a multiple of
-its grid size. Two streams running this kernel concurrently
-must not share them (nor two processes under MPS the SMs that the barrier counts on).
+its grid size. Two streams running this kernel concurrently must not share them (nor two
+processes under MPS the SMs that the barrier counts on).
 
 It is the ``skinny`` search tier (backend ``triton_skinny``, planned for long K and tiny outputs
 by ``search.kinds.gemm.hard_tiers``; its space, which searches the deterministic modes only, is

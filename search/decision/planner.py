@@ -18,7 +18,7 @@ other than cuBLAS and cuBLAS are re-measured interleaved (:func:`_keep_library`)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -37,6 +37,7 @@ from search.decision.actions import (
     Wait,
 )
 from search.decision.evidence import Evidence, Stage, Trial
+from search.decision.policy import Policy
 from search.decision.stops import (
     CutlassProgress,
     TierProgress,
@@ -219,8 +220,7 @@ def _verdict2(s: _Situation) -> Plan:
         ev, s.cut, decide_after_search(ev, s.rf, lib, cus, s.progress))),))
 
 
-def runners_up(custom: list[Trial] | tuple[Trial, ...], best: Trial, pol: Any
-               ) -> tuple[Trial, ...]:
+def runners_up(custom: Sequence[Trial], best: Trial, pol: Policy) -> tuple[Trial, ...]:
     """The runoff's other finalists: the fastest correct custom trials after ``best``, of
     distinct configurations, within ``pol.runoff_margin`` of its search median, at most
     ``pol.runoff - 1`` of them."""

@@ -232,7 +232,7 @@ def _runoff(ev: Evidence, cus: Trial, v: Verification) -> tuple[Trial, Verificat
     finalists = [(statistics.median(v.custom_us), cus, v.custom_us, v.custom_rel_error)]
     finalists += [(statistics.median(us), by_id[rid], us, err)
                   for rid, us, err in v.runners_up if us and rid in by_id]
-    won_us, won, rounds, err = min(finalists, key=lambda f: (f[0], f[1].id))
+    _, won, rounds, err = min(finalists, key=lambda f: (f[0], f[1].id))
     said = rationale.runoff(ev.r.label(cus.backend), cus, [
         (ev.r.label(t.backend), t, us) for us, t, _, _ in finalists], won,
         [(rid, why) for rid, why in v.runners_up_dropped])
