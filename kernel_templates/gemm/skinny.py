@@ -103,21 +103,13 @@ from kernel_templates.gemm.host import (
     sm_count,
     tma_describe,
 )
-from kernel_templates.gemm.skinny_finish import (
-    even_share_runs,
-    finish,
-    finish_even,
-    reduce_even_share,
-    reduce_share,
-)
+from kernel_templates.gemm.skinny_finish import finish, reduce_share
 from kernel_templates.gemm.triton import tma_tiles
 
 __all__ = ["CONFIG_KEYS", "DTYPES", "MODES", "check_skinny_config", "matmul_skinny"]
 
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
-OPTIONAL_KEYS = {"MODE": "barrier", "TMA": 1, "PROGRAMS": 0}
-#: The modes the even deal (``PROGRAMS`` > 0) runs: its sum waits on the barrier.
-EVEN_MODES = ("barrier", "two_launch")
+OPTIONAL_KEYS = {"MODE": "barrier", "TMA": 1}
 MODES = ("barrier", "atomic", "two_launch", "tagged")
 _MODE_ID = {"two_launch": 0, "barrier": 1, "atomic": 2, "tagged": 3}
 #: The modes whose programs wait for each other within the launch (all resident at once).
@@ -140,9 +132,6 @@ GROWING_BARRIER = True
 #: Tagged mode: a thread's two adjacent words in one 16-byte relaxed store (False: one 8-byte
 #: store a word, to measure against).
 TAGGED_PAIRS = True
-#: The even deal: launch runs in ``_even_table``'s order (False: run i on program i, to measure
-#: against: ``scripts/bench/hard_probe.py s7``).
-EVEN_ORDER = True
 #: Most partial values one program loads at once in the share-wise reduction.
 _REDUCE_ELEMS = 4096
 
@@ -151,7 +140,6 @@ _ACCUM: dict[torch.device, torch.Tensor] = {}
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
 _ARRIVALS: dict[torch.device, torch.Tensor] = {}
 _TAGGED: dict[torch.device, torch.Tensor] = {}
-_TABLES: dict[tuple[torch.device, int, int, int], tuple[torch.Tensor, bool, int]] = {}
 _EPOCH: dict[torch.device, int] = {}
 
 
@@ -239,104 +227,6 @@ def _skinny_tma_kernel(
 
 
 @triton.jit
-def _even_run(a_ptr, b_ptr, a_desc, b_desc, M, N, K, tile, k_lo, k_hi,
-              stride_am, stride_ak, stride_bk, stride_bn,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              TILES_N: tl.constexpr, TMA: tl.constexpr, A_COL: tl.constexpr,
-              B_COL: tl.constexpr, EVEN_K: tl.constexpr, EVEN_MN: tl.constexpr,
-              INPUT_PRECISION: tl.constexpr):
-    # K steps [k_lo, k_hi) of ``tile``: a software-pipelined loop of its own, fp32 partial.
-    off_m = (tile // TILES_N) * BLOCK_M
-    off_n = (tile % TILES_N) * BLOCK_N
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if TMA:
-        for kk in tl.range(k_lo, k_hi):
-            a, b = tma_tiles(a_desc, b_desc, off_m, off_n, kk * BLOCK_K, A_COL, B_COL)
-            acc = tl.dot(a, b, acc)
-    else:
-        offs_m = off_m + tl.arange(0, BLOCK_M)
-        offs_n = off_n + tl.arange(0, BLOCK_N)
-        if EVEN_MN:
-            offs_am = tl.max_contiguous(tl.multiple_of(offs_m, BLOCK_M), BLOCK_M)
-            offs_bn = tl.max_contiguous(tl.multiple_of(offs_n, BLOCK_N), BLOCK_N)
-        else:
-            offs_am = offs_m % M  # wrapped lanes are never stored
-            offs_bn = offs_n % N
-        offs_k = k_lo * BLOCK_K + tl.arange(0, BLOCK_K)
-        a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
-        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
-        for kk in tl.range(k_lo, k_hi):
-            if EVEN_K:
-                a = tl.load(a_ptrs)
-                b = tl.load(b_ptrs, eviction_policy="evict_first")
-            else:
-                k_left = K - kk * BLOCK_K
-                a = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_K)[None, :] < k_left, other=0.0)
-                b = tl.load(b_ptrs, mask=tl.arange(0, BLOCK_K)[:, None] < k_left, other=0.0,
-                            eviction_policy="evict_first")
-            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
-    return acc
-
-
-@triton.jit(do_not_specialize=["KT", "TILES"])
-def _skinny_even_kernel(
-    a_ptr, b_ptr, a_desc, b_desc, c_ptr, ws_ptr, cnt_ptr, table,
-    M, N, K, KT, TILES,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    TILES_N: tl.constexpr, MODE: tl.constexpr, SPIN: tl.constexpr, MAXC: tl.constexpr,
-    CHUNK: tl.constexpr, SHARE: tl.constexpr, SHARE_BLOCK: tl.constexpr,
-    FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr, GROWING: tl.constexpr,
-    TMA: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr, EVEN_K: tl.constexpr,
-    EVEN_MN: tl.constexpr, INPUT_PRECISION: tl.constexpr, CROSS: tl.constexpr,
-):  # fmt: skip
-    # The even deal (PROGRAMS): the TILES * KT multiply-accumulate steps, tile after tile, cut
-    # into one contiguous run per program (floor(p * T / G) to floor((p + 1) * T / G)). A run
-    # spans at most two tiles (G >= TILES): one pipelined K loop for each (the second empty
-    # where the run stays in its tile), each partial to workspace slot p + tile. The deal's
-    # table (``_even_table``) holds, for launched program i, its run (entry i: runs at the
-    # same K offset of different tiles side by side, as the split layout's slice-major order
-    # has them), the runs' starts, and each tile's first and last run.
-    G = tl.num_programs(0)
-    pid = tl.load(table + tl.program_id(0))
-    start = tl.load(table + G + pid)
-    end = tl.load(table + G + pid + 1)
-    TILE: tl.constexpr = BLOCK_M * BLOCK_N
-    local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    t0 = start // KT
-    split = tl.minimum(end, (t0 + 1) * KT)
-    acc = _even_run(a_ptr, b_ptr, a_desc, b_desc, M, N, K, t0, start - t0 * KT,
-                    split - t0 * KT, stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M,
-                    BLOCK_N, BLOCK_K, TILES_N, TMA, A_COL, B_COL, EVEN_K, EVEN_MN,
-                    INPUT_PRECISION)
-    tl.store(ws_ptr + (pid + t0).to(tl.int64) * TILE + local, acc)
-    if CROSS:  # some run crosses into a second tile (known on the host)
-        t1 = tl.minimum(t0 + 1, TILES - 1)
-        acc = _even_run(a_ptr, b_ptr, a_desc, b_desc, M, N, K, t1, 0, end - split,
-                        stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K,
-                        TILES_N, TMA, A_COL, B_COL, EVEN_K, EVEN_MN, INPUT_PRECISION)
-        crossed = (local < TILE) & (end > split)
-        tl.store(ws_ptr + (pid + t1).to(tl.int64) * TILE + local, acc, mask=crossed)
-    finish_even(c_ptr, ws_ptr, cnt_ptr, table, TILES, M, N, stride_cm, stride_cn, BLOCK_M,
-                BLOCK_N, TILES_N, MODE, SPIN, MAXC, CHUNK, SHARE, SHARE_BLOCK, FENCE,
-                BARRIER_FENCE, GROWING)
-
-
-@triton.jit(do_not_specialize=["TILES"])
-def _reduce_even_kernel(ws_ptr, c_ptr, table, TILES, M, N, stride_cm, stride_cn,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TILES_N: tl.constexpr,
-                        MAXC: tl.constexpr, CHUNK: tl.constexpr, SHARE: tl.constexpr,
-                        SHARE_BLOCK: tl.constexpr):
-    # The even deal's second launch under "two_launch": the same grid, the same sum.
-    tile, local, mine, first, last = even_share_runs(table, tl.program_id(0), TILES, BLOCK_M,
-                                                     BLOCK_N, SHARE, SHARE_BLOCK)
-    reduce_even_share(ws_ptr, c_ptr, tile, local, mine, first, last, M, N, stride_cm,
-                      stride_cn, True, BLOCK_M, BLOCK_N, TILES_N, MAXC, CHUNK, SHARE_BLOCK)
-
-
-@triton.jit
 def _reduce_kernel(ws_ptr, c_ptr, M, N, stride_cm, stride_cn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
                    TILES_N: tl.constexpr, CHUNK: tl.constexpr, SHARE: tl.constexpr,
@@ -394,24 +284,12 @@ def check_skinny_config(config: dict[str, Any]) -> dict[str, Any]:
     if tma not in (0, 1):
         raise InvalidConfig(f"TMA must be 0 or 1, got {tma}")
     cfg["TMA"] = tma
-    programs = int(config.get("PROGRAMS", OPTIONAL_KEYS["PROGRAMS"]))
-    if programs < 0:
-        raise InvalidConfig(f"PROGRAMS must be 0 (split K) or a program count, got {programs}")
-    if programs and cfg["SPLIT_K"] != 1:
-        raise InvalidConfig(f"SPLIT_K must be 1 when PROGRAMS ({programs}) deals the K steps "
-                            f"evenly, got {cfg['SPLIT_K']}")
-    if programs and mode not in EVEN_MODES:
-        raise InvalidConfig(f"MODE must be one of {EVEN_MODES} when PROGRAMS is set, got "
-                            f"{mode!r}")
-    cfg["PROGRAMS"] = programs
     return cfg
 
 
 def grid_size(m: int, n: int, config: dict[str, Any]) -> int:
     """Programs launched for an ``m x n`` output under ``config``."""
     cfg = check_skinny_config(config)
-    if cfg["PROGRAMS"]:
-        return cfg["PROGRAMS"]
     return triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]) * cfg["SPLIT_K"]
 
 
@@ -439,8 +317,6 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     if k == 0:
         return out.zero_()
 
-    if cfg["PROGRAMS"]:
-        return _matmul_even(a, b, cfg, out)
     bm, bn, bk, split_k = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
     tiles_n = triton.cdiv(n, bn)
     tiles = triton.cdiv(m, bm) * tiles_n
@@ -477,7 +353,14 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         ws = cnt = out
     mode_id = _MODE_ID[mode]
     epoch = next_epoch(_EPOCH, _TAGGED, a.device) if mode == "tagged" else 0
-    descs = _tma_pair(a, b, {**cfg, "MODE": mode})
+    descs = None
+    # The atomic mode lost partial sums with TMA loads on an H100 (16x4096x4096, 16x128x128 sk4:
+    # 28 of 200 calls wrong, with or without fences; pointer loads 0 of 200): pointer loads only.
+    if (cfg["TMA"] and mode != "atomic" and a.device.type == "cuda" and cc_major(a.device) >= 9
+            and a.dtype in (torch.bfloat16, torch.float16)):
+        da, db = tma_describe(a, m, k, (bm, bk)), tma_describe(b, k, n, (bk, bn))
+        if da is not None and db is not None:
+            descs = (da, db)
     common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split_k, TILES_N=tiles_n,
                   MODE=mode_id, SPIN=SPIN_LIMIT, CHUNK=chunk, SHARE=share,
                   SHARE_BLOCK=share_block, K_BLOCK=triton.next_power_of_2(split_k),
@@ -502,93 +385,3 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
                                 CHUNK=chunk, SHARE=share, SHARE_BLOCK=share_block,
                                 num_warps=4)
     return out
-
-
-def _tma_pair(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any]):
-    """TMA descriptors of both operands when ``cfg`` asks for them and they apply, else None.
-    The atomic mode lost partial sums with TMA loads on an H100 (16x4096x4096, 16x128x128 sk4:
-    28 of 200 calls wrong, with or without fences; pointer loads 0 of 200): pointer loads only.
-    """
-    m, k = a.shape
-    n = b.shape[1]
-    if not (cfg["TMA"] and cfg["MODE"] != "atomic" and a.device.type == "cuda"
-            and cc_major(a.device) >= 9 and a.dtype in (torch.bfloat16, torch.float16)):
-        return None
-    da = tma_describe(a, m, k, (cfg["BLOCK_M"], cfg["BLOCK_K"]))
-    db = tma_describe(b, k, n, (cfg["BLOCK_K"], cfg["BLOCK_N"]))
-    return (da, db) if da is not None and db is not None else None
-
-
-def _matmul_even(a: torch.Tensor, b: torch.Tensor, cfg: dict[str, Any],
-                 out: torch.Tensor) -> torch.Tensor:
-    """The even deal (``PROGRAMS`` > 0): every program gets the same number of K steps, give
-    or take one, however the tiles divide the grid (8 tiles on 132 SMs: no SM idle)."""
-    m, k = a.shape
-    n = b.shape[1]
-    bm, bn, bk, grid = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["PROGRAMS"]
-    tiles_n = triton.cdiv(n, bn)
-    tiles = triton.cdiv(m, bm) * tiles_n
-    kt = triton.cdiv(k, bk)
-    if grid < tiles:
-        raise Unsupported(f"PROGRAMS={grid} is under the {tiles} output tiles of {bm}x{bn}: a "
-                          "program's run would span more than two tiles")
-    if grid > tiles * kt:
-        raise Unsupported(f"PROGRAMS={grid} is over the {tiles * kt} K steps of {bk} "
-                          f"({tiles} tiles x {kt}): some programs would have none")
-    mode = cfg["MODE"]
-    if _interpreting(a.device) and not INTERPRETER_BARRIER:
-        mode = "two_launch"
-    if mode == "barrier" and grid > _sm_count(a.device):
-        raise Unsupported(f"MODE=barrier needs at most {_sm_count(a.device)} programs (one per "
-                          f"SM, all resident), this config launches {grid}")
-    table, cross, maxc = _even_table(a.device, tiles, kt, grid)
-    share = triton.cdiv(tiles * bm * bn, grid)
-    share_block = triton.next_power_of_2(share)
-    chunk = 1 << (max(1, min(maxc, _REDUCE_ELEMS // share_block)).bit_length() - 1)
-    ws = _buffer(_WORKSPACE, a.device, (grid + tiles) * bm * bn, torch.float32, zeroed=False)
-    # the growing arrival count (GROWING_BARRIER's scheme; the even deal has no departure step)
-    cnt = _buffer(_ARRIVALS, a.device, grid + 1, torch.int64, zeroed=True)
-    descs = _tma_pair(a, b, cfg)
-    (a_desc, a_col), (b_desc, b_col) = descs if descs else ((None, False), (None, False))
-    reduce = dict(BLOCK_M=bm, BLOCK_N=bn, TILES_N=tiles_n, MAXC=maxc, CHUNK=chunk, SHARE=share,
-                  SHARE_BLOCK=share_block)
-    _skinny_even_kernel[(grid,)](
-        a, b, a_desc, b_desc, out, ws, cnt, table, m, n, k, kt, tiles,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-        BLOCK_K=bk, MODE=_MODE_ID[mode], SPIN=SPIN_LIMIT, FENCE=not _interpreting(a.device),
-        BARRIER_FENCE=BARRIER_FENCE, GROWING=True, TMA=descs is not None,
-        A_COL=a_col, B_COL=b_col, EVEN_K=k % bk == 0, EVEN_MN=m % bm == 0 and n % bn == 0,
-        INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", CROSS=cross,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **reduce)
-    if mode == "two_launch":
-        _reduce_even_kernel[(grid,)](ws, out, table, tiles, m, n, out.stride(0),
-                                     out.stride(1), num_warps=4, **reduce)
-    return out
-
-
-def _even_table(device: torch.device, tiles: int, kt: int, programs: int
-                ) -> tuple[torch.Tensor, bool, int]:
-    """The even deal's table (int32), whether any run crosses into a second tile, and the
-    most runs that touch one tile.
-
-    The table: the run each launched program takes (``programs`` entries), the runs' starts
-    (``programs + 1``: run ``p`` is steps ``[p * T // G, (p + 1) * T // G)`` of the ``T = tiles
-    * kt`` steps), then each tile's first run and its last (``tiles`` each). Runs are launched
-    sorted by the K step they start at within their tile, then by tile, so that programs
-    launched side by side read the same rows of B for different tiles (the split layout's
-    order, where it is one: 4 tiles on 132). Cached per device and deal."""
-    key = (device, tiles, kt, programs)
-    found = _TABLES.get(key)
-    if found is None:
-        total = tiles * kt
-        starts = [p * total // programs for p in range(programs + 1)]
-        runs = sorted(range(programs), key=lambda p: (starts[p] % kt, starts[p] // kt)
-                      if EVEN_ORDER else p)
-        first = [max(p for p in range(programs) if starts[p] <= t * kt) for t in range(tiles)]
-        last = [max(p for p in range(programs) if starts[p] < (t + 1) * kt)
-                for t in range(tiles)]
-        cross = any(starts[p] // kt != (starts[p + 1] - 1) // kt for p in range(programs))
-        table = torch.tensor(runs + starts + first + last, dtype=torch.int32, device=device)
-        found = table, cross, max(b - a + 1 for a, b in zip(first, last, strict=True))
-        _TABLES[key] = found
-    return found

@@ -3,15 +3,14 @@ docstring describes the modes and their memory order): ``finish`` stores it dire
 (``SPLIT_K`` 1) or hands it to the mode's reduction. ``"barrier"``: partials to the fp32
 workspace, the grid-wide barrier, then ``reduce_share``, the share-wise sum in a fixed order
 (also the second launch of ``"two_launch"``). ``"tagged"``: epoch-tagged partial words and a
-wait on the words themselves. ``"atomic"``: sums in L2 in arrival order. The even deal
-(``PROGRAMS``) sums with ``reduce_even_share`` after the same barrier. Device code only."""
+wait on the words themselves. ``"atomic"``: sums in L2 in arrival order. Device code only."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-__all__ = ["even_share_runs", "finish", "finish_even", "reduce_even_share", "reduce_share"]
+__all__ = ["finish", "reduce_share"]
 
 
 @triton.jit
@@ -48,46 +47,6 @@ def reduce_share(ws_ptr, c_ptr, tile, share, TILES, M, N, stride_cm, stride_cn, 
         ptrs = base + ((s + rows).to(tl.int64) * TILES * TILE)[:, None]
         part = tl.load(ptrs, mask=((s + rows) < SPLIT_K)[:, None] & mine[None, :], other=0.0,
                        cache_modifier=".cg")
-        total += tl.sum(part, axis=0)
-    total = tl.where(ok, total, float("nan"))
-    _store_share(c_ptr, total, tile, local, mine, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N,
-                 TILES_N)
-
-
-@triton.jit
-def even_share_runs(table, share, TILES, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    SHARE: tl.constexpr, SHARE_BLOCK: tl.constexpr):
-    # The even deal's share ``share`` of the flattened output tiles (elements [share * SHARE,
-    # (share + 1) * SHARE)): each lane's tile, offset in it, whether it is one, and the first
-    # and last run that touch its tile (from the deal's table: no division on the device).
-    TILE: tl.constexpr = BLOCK_M * BLOCK_N
-    G = tl.num_programs(0)
-    lanes = tl.arange(0, SHARE_BLOCK)
-    flat = share * SHARE + lanes
-    mine = (lanes < SHARE) & (flat < TILES * TILE)
-    tile = tl.minimum(flat // TILE, TILES - 1)
-    first = tl.load(table + 2 * G + 1 + tile)
-    last = tl.load(table + 2 * G + 1 + TILES + tile)
-    return tile, flat % TILE, mine, first, last
-
-
-@triton.jit
-def reduce_even_share(ws_ptr, c_ptr, tile, local, mine, first, last, M, N, stride_cm,
-                      stride_cn, ok, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      TILES_N: tl.constexpr, MAXC: tl.constexpr, CHUNK: tl.constexpr,
-                      SHARE_BLOCK: tl.constexpr):
-    # The even deal's share-wise sum (lanes from even_share_runs): each element summed over
-    # the runs first..last that touch its tile, in run order; run p's partial of tile t is
-    # workspace slot p + t (a run spans at most two consecutive tiles, so no two pairs share a
-    # slot). MAXC bounds a tile's runs; NaN where ``ok`` is false.
-    TILE: tl.constexpr = BLOCK_M * BLOCK_N
-    rows = tl.arange(0, CHUNK)
-    total = tl.zeros((SHARE_BLOCK,), dtype=tl.float32)
-    for s in tl.static_range(0, MAXC, CHUNK):
-        p = first[None, :] + (s + rows)[:, None]
-        live = (p <= last[None, :]) & mine[None, :]
-        ptrs = ws_ptr + ((p + tile[None, :]) * TILE + local[None, :]).to(tl.int64)
-        part = tl.load(ptrs, mask=live, other=0.0, cache_modifier=".cg")
         total += tl.sum(part, axis=0)
     total = tl.where(ok, total, float("nan"))
     _store_share(c_ptr, total, tile, local, mine, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N,
@@ -281,21 +240,3 @@ def finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, str
                          BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, CHUNK, SHARE, SHARE_BLOCK)
             if not GROWING:
                 _grid_depart(cnt_ptr)
-
-
-@triton.jit
-def finish_even(c_ptr, ws_ptr, cnt_ptr, table, TILES, M, N, stride_cm, stride_cn,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TILES_N: tl.constexpr,
-                MODE: tl.constexpr, SPIN: tl.constexpr, MAXC: tl.constexpr,
-                CHUNK: tl.constexpr, SHARE: tl.constexpr, SHARE_BLOCK: tl.constexpr,
-                FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr, GROWING: tl.constexpr):
-    # The even deal, after a program stored its partials: "barrier" looks up its share's runs
-    # (before the wait, off its critical path), meets the grid and sums the share
-    # (reduce_even_share); "two_launch" leaves the sum to the second launch.
-    if MODE == 1:
-        tile, local, mine, first, last = even_share_runs(
-            table, tl.program_id(0), TILES, BLOCK_M, BLOCK_N, SHARE, SHARE_BLOCK)
-        _fence_each_thread(TILES, FENCE and BARRIER_FENCE)
-        ok = _grid_arrive_and_wait(cnt_ptr, SPIN, GROWING)
-        reduce_even_share(ws_ptr, c_ptr, tile, local, mine, first, last, M, N, stride_cm,
-                          stride_cn, ok, BLOCK_M, BLOCK_N, TILES_N, MAXC, CHUNK, SHARE_BLOCK)

@@ -387,105 +387,6 @@ def long_k6(rounds: int = 7) -> None:
             print(json.dumps(row), flush=True)
 
 
-def long_k7(rounds: int = 7) -> None:
-    """The even deal (``PROGRAMS``: every SM gets the same number of K steps, give or take
-    one) beside the split layouts it competes with, interleaved round by round, after a
-    50-call repeat check and a read of the same bytes (the floor)."""
-    split = lambda *c: _cfg(*c)  # noqa: E731
-    even = lambda bm, bn, bk, w, st, tma=1: {**_cfg(bm, bn, bk, 1, w, st, "barrier", tma),  # noqa: E731
-                                             "PROGRAMS": 132}
-    cases = {
-        (32, 512, 98304): [split(32, 64, 128, 16, 2, 4, "barrier", 1),
-                           split(32, 64, 256, 16, 2, 3, "barrier", 1),
-                           split(32, 64, 128, 16, 2, 4, "tagged", 1),
-                           even(32, 64, 128, 2, 4), even(32, 64, 128, 2, 5),
-                           even(32, 64, 256, 2, 3), even(32, 64, 64, 2, 8),
-                           even(16, 128, 128, 2, 5), even(32, 128, 128, 4, 4),
-                           even(32, 64, 128, 2, 4, 0)],
-        (128, 128, 262144): [split(64, 64, 128, 33, 4, 5, "barrier", 1),
-                             even(64, 64, 128, 4, 5), even(64, 64, 64, 4, 8)],
-        (64, 64, 65536): [split(64, 64, 128, 128, 4, 4, "barrier", 0),
-                          split(64, 64, 128, 128, 4, 5, "barrier", 1),
-                          even(64, 64, 128, 4, 5), even(64, 64, 64, 4, 8)],
-    }
-    sink = torch.empty(1 << 16, device="cuda")
-    for (m, n, k), cfgs in cases.items():
-        p = GemmProblem(m, n, k)
-        sh = f"{m}x{n}x{k}"
-        sets = [make_inputs(p, "cuda", seed=900 + i) for i in range(2)]
-        refs = [reference_for(st) for st in sets]
-        numel = m * k + k * n
-        flats = [torch.randn(numel, device="cuda").to(torch.bfloat16) for _ in range(2)]
-        calls = {"cublas": [_cublas(st) for st in sets],
-                 "read A and B (8/SM, 2048)": [
-                     (lambda x=x: _read_kernel[(132 * 8,)](x, sink, x.numel(), BLOCK=2048,
-                                                          num_warps=4)) for x in flats]}
-        s0 = sets[0]
-        extra = [(c, False, False) for c in cfgs if c.get("PROGRAMS")][:2]
-        extra += [({**c, "MODE": "two_launch"}, True, True) for c in cfgs
-                  if c["MODE"] == "barrier"][:3]
-        for cfg, ordered, stream in [(c, True, False) for c in cfgs] + extra:
-            name = (json.dumps(cfg) + ("" if ordered else " launch order")
-                    + (" stream only" if stream else ""))
-
-            def make(st, cfg=cfg, ordered=ordered, stream=stream):
-                key = order = None
-                if cfg.get("PROGRAMS"):  # the run order, built here, outside the timed calls
-                    (mm, kk), nn = st.a.shape, st.b.shape[1]
-                    tiles = -(-mm // cfg["BLOCK_M"]) * -(-nn // cfg["BLOCK_N"])
-                    key = (st.a.device, tiles, -(-kk // cfg["BLOCK_K"]), cfg["PROGRAMS"])
-                    skinny._TABLES.pop(key, None)
-                    skinny.EVEN_ORDER = ordered
-                    order = skinny._even_table(*key)
-                    skinny.EVEN_ORDER = True
-                    skinny._TABLES.pop(key)
-
-                def call():
-                    if key is not None:
-                        skinny._TABLES[key] = order
-                    if stream:  # the partials alone: no second launch
-                        kept = skinny._reduce_kernel, skinny._reduce_even_kernel
-                        skinny._reduce_kernel = skinny._reduce_even_kernel = _NoLaunch()
-                        skinny.matmul_skinny(st.a, st.b, cfg, out=st.out)
-                        skinny._reduce_kernel, skinny._reduce_even_kernel = kept
-                    else:
-                        skinny.matmul_skinny(st.a, st.b, cfg, out=st.out)
-                return call
-            row = {"shape": sh, "name": "check " + name}
-            if stream:  # no output to check: the partials only
-                calls[name] = [make(st) for st in sets]
-                continue
-            try:
-                s0.out.fill_(float("nan"))
-                make(s0)()
-                torch.cuda.synchronize()
-                row["err"] = rel_error(s0.out, refs[0])
-                first = s0.out.clone()
-                bad = 0
-                for _ in range(50):
-                    s0.out.fill_(float("nan"))
-                    make(s0)()
-                    bad += int(not torch.equal(s0.out, first))
-                row["repeat_mismatches_of_50"] = bad
-                if row["err"] < 2e-2 and bad == 0:
-                    calls[name] = [make(st) for st in sets]
-            except Exception as exc:  # noqa: BLE001
-                row["error"] = repr(exc)[:400]
-                traceback.print_exc(limit=2)
-            ROWS.append(row)
-            print(json.dumps(row), flush=True)
-        per: dict[str, list[float]] = {name: [] for name in calls}
-        for _ in range(rounds):
-            for name, fns in calls.items():
-                per[name].append(BENCH(fns).median_us)
-        for name, us in per.items():
-            us_sorted = sorted(us)
-            row = {"shape": sh, "name": "interleaved " + name, "us": us_sorted[len(us) // 2],
-                   "min_us": us_sorted[0], "max_us": us_sorted[-1], "rounds": us}
-            ROWS.append(row)
-            print(json.dumps(row), flush=True)
-
-
 def read_ceiling_mid() -> None:
     """What reading the operands of the mid-m shapes alone takes (the floor under any kernel
     of them that reads A and B once), beside cuBLAS on the same shapes."""
@@ -518,8 +419,6 @@ if __name__ == "__main__":
             long_k5()
         if "s6" in ONLY:
             long_k6()
-        if "s7" in ONLY:
-            long_k7()
         if "r" in ONLY:
             read_ceiling_mid()
     finally:

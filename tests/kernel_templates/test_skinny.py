@@ -175,91 +175,6 @@ def test_the_tagged_mode_runs_as_the_barrier_under_graph_capture(
         assert skinny._EPOCH.get(dev, 0) == before + epochs
 
 
-def deal(tiles: int, kt: int, programs: int) -> list[tuple[int, int]]:
-    """Each program's run of K steps, [start, end), as the even deal cuts them."""
-    total = tiles * kt
-    return [(p * total // programs, (p + 1) * total // programs) for p in range(programs)]
-
-
-@pytest.mark.parametrize(("m", "n", "k", "bm", "bn", "bk", "programs", "dtype"), [
-    (32, 128, 2048, 16, 32, 64, 8, "fp16"),     # one program a tile: runs end on tile edges
-    (32, 128, 2048, 16, 32, 64, 13, "fp16"),    # 8 tiles on 13 programs: runs cross tiles
-    (20, 50, 1000, 16, 16, 64, 9, "fp16"),      # ragged M, N and K
-    (16, 16, 4096, 16, 16, 64, 5, "fp32"),      # one tile over every program
-    (16, 64, 640, 16, 32, 64, 10, "fp32"),      # 2 tiles x 10 steps on 10: 2 steps each
-    (16, 64, 640, 16, 32, 64, 20, "fp16"),      # one step a program
-])
-def test_even_deal(m: int, n: int, k: int, bm: int, bn: int, bk: int, programs: int,
-                   dtype: str, device: str) -> None:
-    # PROGRAMS deals the tiles' K steps evenly (the grid need not be a multiple of the tiles)
-    # and sums each tile over the programs whose runs touch it, in program order.
-    tiles = -(-m // bm) * -(-n // bn)
-    runs = deal(tiles, -(-k // bk), programs)
-    assert max(e - s for s, e in runs) - min(e - s for s, e in runs) <= 1
-    config = cfg(1, "barrier", bm, bn, bk, PROGRAMS=programs)
-    p = GemmProblem(m=m, n=n, k=k, dtype=dtype)
-    first = check(p, config, device, seed=programs)
-    assert torch.equal(first, check(p, config, device, seed=programs))
-    check(p, {**config, "MODE": "two_launch"}, device, seed=programs + 1)
-    for la, lb in (("col", "col"), ("row", "col")):
-        check(GemmProblem(m=m, n=n, k=k, dtype=dtype, layout_a=la, layout_b=lb), config,
-              device, seed=3)
-
-
-def test_even_deal_table() -> None:
-    # Each launched program's run, the runs' starts, each tile's first and last run (those that
-    # touch it), whether a run crosses tiles, and the most runs on one tile: against brute force.
-    for tiles in (1, 2, 3, 8, 33):
-        for kt in (1, 2, 7, 48, 768):
-            for programs in range(tiles, min(tiles * kt, 140) + 1, 3):
-                runs = deal(tiles, kt, programs)
-                table, cross, most = skinny._even_table(torch.device("cpu"), tiles, kt,
-                                                        programs)
-                t = table.tolist()
-                order, starts = t[:programs], t[programs:2 * programs + 1]
-                first, last = t[2 * programs + 1:][:tiles], t[2 * programs + 1 + tiles:]
-                assert sorted(order) == list(range(programs))
-                assert starts == [s for s, _ in runs] + [tiles * kt]
-                touching = [[p for p, (s, e) in enumerate(runs) if s < (i + 1) * kt
-                             and e > i * kt] for i in range(tiles)]
-                assert first == [r[0] for r in touching] and last == [r[-1] for r in touching]
-                assert most == max(len(r) for r in touching)
-                assert cross == any(s // kt != (e - 1) // kt for s, e in runs)
-                # launched side by side: runs in order of their offset into their tile
-                offsets = [starts[p] % kt for p in order]
-                assert offsets == sorted(offsets)
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter-only: programs run in turn")
-def test_forced_even_barrier_in_interpreter_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The even deal meets at the same growing barrier: forced in the interpreter, every program
-    # but the last gives up and writes NaN into its share (5 programs, 1024 outputs: shares of
-    # 205, the last 204); the count is left on a multiple of the grid.
-    monkeypatch.setattr(skinny, "INTERPRETER_BARRIER", True)
-    monkeypatch.setattr(skinny, "SPIN_LIMIT", 3)
-    monkeypatch.setattr(skinny, "_ARRIVALS", {})
-    p = GemmProblem(m=32, n=32, k=64, dtype="fp16")
-    inp = make_inputs(p, "cpu", 4)
-    matmul_skinny(inp.a, inp.b, cfg(1, PROGRAMS=5), out=inp.out)
-    assert int(torch.isnan(inp.out).sum()) == 4 * 205
-    assert int(skinny._ARRIVALS[torch.device("cpu")][5]) == 5
-    monkeypatch.setattr(skinny, "INTERPRETER_BARRIER", False)
-    check(p, cfg(1, PROGRAMS=5), "cpu")
-
-
-def test_even_deal_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
-    a = torch.randn(32, 64, dtype=torch.float16)
-    b = torch.randn(64, 32, dtype=torch.float16)
-    with pytest.raises(Unsupported, match="under the 2 output tiles"):
-        matmul_skinny(a, b, cfg(1, PROGRAMS=1))  # 2 tiles of 16x32
-    with pytest.raises(Unsupported, match="over the 8 K steps"):
-        matmul_skinny(a, b, cfg(1, PROGRAMS=9))  # 2 tiles x 4 steps of 16
-    monkeypatch.setattr(skinny, "_interpreting", lambda device: False)
-    monkeypatch.setattr(skinny, "_sm_count", lambda device: 3)
-    with pytest.raises(Unsupported, match="at most 3 programs"):
-        matmul_skinny(a, b, cfg(1, PROGRAMS=4))
-
-
 def test_barrier_grid_guard(monkeypatch: pytest.MonkeyPatch) -> None:
     # On a GPU a barrier (or tagged) grid larger than the SM count is refused, never launched.
     monkeypatch.setattr(skinny, "_interpreting", lambda device: False)
@@ -273,9 +188,7 @@ def test_barrier_grid_guard(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("bad", [
     {"BLOCK_M": 24}, {"SPLIT_K": 0}, {"BLOCK_K": 8}, {"num_stages": 0}, {"MODE": "serial"},
-    {"TMA": 2}, {"GROUP_M": 8}, {"SPLIT_K": 1024}, {"PROGRAMS": -1},
-    {"PROGRAMS": 132},  # with SPLIT_K 2: the even deal has no split
-    {"PROGRAMS": 132, "SPLIT_K": 1, "MODE": "tagged"},
+    {"TMA": 2}, {"GROUP_M": 8}, {"SPLIT_K": 1024},
 ])
 def test_invalid_configs(bad: dict) -> None:
     with pytest.raises(InvalidConfig):
@@ -286,7 +199,7 @@ def test_invalid_configs(bad: dict) -> None:
 
 def test_config_defaults() -> None:
     c = check_skinny_config({k: v for k, v in cfg(2).items() if k != "MODE"})
-    assert c["MODE"] == "barrier" and c["TMA"] == 1 and c["PROGRAMS"] == 0
+    assert c["MODE"] == "barrier" and c["TMA"] == 1
 
 
 def test_bad_inputs() -> None:
@@ -317,12 +230,6 @@ GPU_CASES = [
     ((48, 1000, 20000), cfg(4, "barrier", 16, 128, 64)),  # ragged M, N, K; grid 96
     ((48, 1000, 20000), cfg(4, "barrier", 16, 256, 64, TMA=0)),
     ((48, 1000, 20000), cfg(16, "atomic", 64, 64, 128)),
-    # the even deal: 24 tiles, 8 and 1 tiles on 132 programs; pointer and TMA loads
-    ((48, 1000, 20000), cfg(1, "barrier", 16, 128, 64, PROGRAMS=132)),
-    ((32, 512, 98304), cfg(1, "barrier", 32, 64, 128, PROGRAMS=132, TMA=1)),
-    ((32, 512, 98304), cfg(1, "barrier", 32, 64, 256, PROGRAMS=132, TMA=0)),
-    ((64, 64, 65536), cfg(1, "barrier", 64, 64, 128, PROGRAMS=130, TMA=1)),
-    ((64, 64, 65536), cfg(1, "two_launch", 64, 64, 128, PROGRAMS=100, TMA=1)),
 ]
 
 

@@ -330,7 +330,7 @@ def test_skinny_seeds_try_tma_loads_first_then_their_pointer_twins(index: int) -
     # BLOCK_K 256 three deep where the slices allow it), each followed later by the same
     # configuration with pointer loads; 2 warps for tiles of at most 2048 elements
     seeds = skinny_space.seeds(shape(index), 132)
-    lead = [s for s in seeds[:6] if s["TMA"] == 1 and not s["PROGRAMS"]]
+    lead = [s for s in seeds[:6] if s["TMA"] == 1]
     assert seeds[0]["TMA"] == 1 and len(lead) >= 4
     assert {s["MODE"] for s in lead} == {"barrier", "tagged"}
     for s in lead:
@@ -339,39 +339,7 @@ def test_skinny_seeds_try_tma_loads_first_then_their_pointer_twins(index: int) -
             assert seeds.index({**s, "TMA": 0}) > seeds.index(s)
     if index == 4:  # 32x512x98304: the 32x64 tile, BLOCK_K 256 three deep, 2 warps
         assert dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=256, SPLIT_K=16, num_warps=2,
-                    num_stages=3, MODE="barrier", TMA=1, PROGRAMS=0) in lead
-
-
-def test_skinny_seeds_deal_evenly_where_the_split_leaves_sms_idle() -> None:
-    # 32x512x98304: 8 tiles of 32x64 split 16 ways fill 128 of 132 SMs, so the even deal over
-    # all 132 follows the first TMA seeds; 128x128x262144 (4 x 33) and 64x64x65536 (1 x 132
-    # slices, 128 of them whole) fill them with a split and get none
-    seeds = skinny_space.seeds(shape(4), 132)
-    even = [i for i, s in enumerate(seeds) if s["PROGRAMS"]]
-    assert even and even[0] <= 6 and len(even) == 4
-    for i in even:
-        s = seeds[i]
-        assert s["PROGRAMS"] == 132 and s["SPLIT_K"] == 1 and s["TMA"] == 1
-        assert not skinny_space.violations(shape(4), s, LIMITS)
-    assert {(seeds[i]["BLOCK_M"], seeds[i]["BLOCK_N"]) for i in even} == {(32, 64), (16, 128)}
-    assert not any(s["PROGRAMS"] for s in skinny_space.seeds(shape(3), 132))
-    assert not any(s["PROGRAMS"] for s in skinny_space.seeds(GemmProblem(64, 64, 65536), 132))
-
-
-def test_skinny_even_deal_rules() -> None:
-    p = shape(4)  # 32x512x98304
-    base = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, SPLIT_K=1, num_warps=2, num_stages=5,
-                MODE="barrier", TMA=1, PROGRAMS=132)
-    assert not skinny_space.violations(p, base, LIMITS)
-    assert ("PROGRAMS", (0, 132)) in [(c.name, c.values) for c in skinny_space.space(p, 132)]
-    for bad, words in (({"SPLIT_K": 16}, "no split"), ({"MODE": "tagged"}, "barrier"),
-                       ({"PROGRAMS": 4}, "under the 8 tiles"),
-                       ({"PROGRAMS": 133}, "133 programs, over the 132 SMs"),
-                       ({"PROGRAMS": 0}, "leaves K unsplit")):
-        assert any(words in r for r in skinny_space.violations(p, {**base, **bad}, LIMITS)), bad
-    tiny = GemmProblem(16, 16, 16384)  # 1 tile x 64 steps of 256
-    assert any("over the 64 K steps" in r for r in skinny_space.violations(
-        tiny, {**base, "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 256, "PROGRAMS": 100}, LIMITS))
+                    num_stages=3, MODE="barrier", TMA=1) in lead
 
 
 def test_skinny_splits_that_leave_slices_empty_are_infeasible() -> None:

@@ -28,13 +28,10 @@ from search.optimizer import Choice
 __all__ = ["MIN_K", "MIN_SPLIT", "MODES", "PARAMS", "WAVES", "applies", "seeds", "space",
            "violations"]
 
-PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "MODE", "TMA",
-          "PROGRAMS")
+PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "MODE", "TMA")
 MODES = ("barrier", "tagged", "two_launch")
 #: The modes whose programs wait for each other, so the grid must fit the SMs at once.
 RESIDENT = ("barrier", "tagged")
-#: The modes of the even deal (``PROGRAMS`` > 0: the K steps of all tiles dealt evenly).
-EVEN_MODES = ("barrier", "two_launch")
 #: Planned for long K only: each of at least ``MIN_SPLIT`` K slices then still streams
 #: thousands of elements per output row.
 MIN_K = 16384
@@ -90,19 +87,16 @@ def _splits(problem: GemmProblem, sm_count: int = 0) -> tuple[int, ...]:
 
 
 def space(problem: GemmProblem, sm_count: int = 0) -> tuple[Choice, ...]:
-    """The dimensions; ``sm_count`` (0: unknown) adds the wave-filling splits and the even deal
-    over one program per SM (``PROGRAMS``, with ``SPLIT_K`` 1)."""
-    splits = _splits(problem, sm_count) or (1,)
+    """The dimensions; ``sm_count`` (0: unknown) adds the wave-filling splits."""
     return (
         Choice("BLOCK_M", _up_to(_BLOCK_M, problem.m)),
         Choice("BLOCK_N", _up_to(_BLOCK_N, problem.n)),
         Choice("BLOCK_K", (64, 128, 256, 512)),
-        Choice("SPLIT_K", tuple(sorted({1, *splits})) if sm_count else splits),
+        Choice("SPLIT_K", _splits(problem, sm_count) or (1,)),
         Choice("num_warps", (2, 4, 8)),
         Choice("num_stages", (2, 3, 4, 5, 6)),
         Choice("MODE", MODES),
         Choice("TMA", (0, 1)),
-        Choice("PROGRAMS", (0, sm_count) if sm_count else (0,)),
     )
 
 
@@ -120,17 +114,12 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
     if out:
         return out
     bm, bn, bk, sk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["SPLIT_K"]
-    programs = int(config.get("PROGRAMS", 0))
     if config.get("MODE", "barrier") not in (*MODES, "atomic"):
         out.append(f"MODE={config.get('MODE')!r} is not one of {MODES}")
     if sk > bm * bn:
         out.append(f"SPLIT_K={sk} is over the {bm}x{bn} tile's {bm * bn} elements (each "
                    "program reduces a share of its tile)")
-    if programs:
-        out += _even_violations(problem, config, programs)
-    elif sk == 1:
-        out.append("SPLIT_K=1 without PROGRAMS leaves K unsplit: one program a tile")
-    elif -(-problem.k // sk) < bk:
+    if -(-problem.k // sk) < bk:
         out.append(f"SPLIT_K={sk} leaves {-(-problem.k // sk)} of k per split, under "
                    f"BLOCK_K={bk}")
     else:
@@ -141,7 +130,7 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
         if used < sk:
             out.append(f"SPLIT_K={sk} with BLOCK_K={bk} fills only {used} slices of "
                        f"{per_split} (k={problem.k}): SPLIT_K={used} does the same work")
-    grid = programs or _tiles(problem, bm, bn) * sk
+    grid = _tiles(problem, bm, bn) * sk
     mode = config.get("MODE", "barrier")
     if mode in RESIDENT and limits.sm_count and grid > limits.sm_count:
         out.append(f"MODE={mode} launches {grid} programs, over the {limits.sm_count} SMs "
@@ -158,40 +147,18 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
     return out
 
 
-def _even_violations(problem: GemmProblem, config: dict[str, Any], programs: int) -> list[str]:
-    """The even deal's own rules (``PROGRAMS`` > 0)."""
-    out = []
-    tiles = _tiles(problem, config["BLOCK_M"], config["BLOCK_N"])
-    steps = tiles * -(-problem.k // config["BLOCK_K"])
-    if config["SPLIT_K"] != 1:
-        out.append(f"SPLIT_K={config['SPLIT_K']} with PROGRAMS={programs}: the even deal has "
-                   "no split (SPLIT_K 1)")
-    if config.get("MODE", "barrier") not in EVEN_MODES:
-        out.append(f"MODE={config.get('MODE')!r} with PROGRAMS: the even deal sums after the "
-                   f"barrier ({EVEN_MODES})")
-    if programs < tiles:
-        out.append(f"PROGRAMS={programs} is under the {tiles} tiles: a run would span more "
-                   "than two")
-    if programs > steps:
-        out.append(f"PROGRAMS={programs} is over the {steps} K steps: some runs would be empty")
-    return out
-
-
 def seeds(problem: GemmProblem, sm_count: int) -> list[dict[str, Any]]:
     """Starting points. Tile shapes are ranked by how fully their largest one-wave split fills
     the SMs (ties: the H100's best for 64x64x65536 first: 64x64, then 64x32). The best two get,
     in turn, TMA loads with ``BLOCK_K`` 128 five stages deep under the barrier, four under the
     tagged reduction and ``BLOCK_K`` 256 three deep under the barrier (2 warps for tiles of at
-    most 2048 elements, else 4). Then, for up to two of the three leading shapes whose split
-    leaves SMs idle (8 tiles x 16 on 132), the even deal over every SM (``PROGRAMS``) with TMA
-    loads, ``BLOCK_K`` 128 five deep and 256 three deep. Then pointer loads: ``BLOCK_K`` 128
-    five stages deep under the barrier, four under the tagged reduction (warps as before), then
-    under the barrier four stages (4 warps), 256 three, 128 five (8 warps), as far as the shared
-    memory holds them, and their largest power-of-two split; then the rest of the shapes, and
-    last the two-launch reduction over splits that fill two waves. Where whole ``BLOCK_K``
-    steps would leave the last K slices empty, half the ``BLOCK_K`` two stages deeper. (TMA
-    loads where the operands allow them: the launcher falls back to pointer loads where they do
-    not.)"""
+    most 2048 elements, else 4); then pointer loads: ``BLOCK_K`` 128 five stages deep under the
+    barrier, four under the tagged reduction (warps as before), then under the barrier four
+    stages (4 warps), 256 three, 128 five (8 warps), as far as the shared memory holds them,
+    and their largest power-of-two split; then the rest of the shapes, and last the two-launch
+    reduction over splits that fill two waves. Where whole ``BLOCK_K`` steps would leave the
+    last K slices empty, half the ``BLOCK_K`` two stages deeper. (TMA loads where the operands
+    allow them: the launcher falls back to pointer loads where they do not.)"""
     sms = sm_count or 132
     legal = {c.name: set(c.values) for c in space(problem, sms)}
     order = [(64, 64), (64, 32), (32, 64), (16, 128), (32, 128), (16, 64), (64, 128)]
@@ -199,7 +166,7 @@ def seeds(problem: GemmProblem, sm_count: int) -> list[dict[str, Any]]:
 
     def split(bm: int, bn: int, waves: int, pow2: bool = False) -> int | None:
         fits = [s for s in sorted(legal["SPLIT_K"]) if _tiles(problem, bm, bn) * s <= waves * sms
-                and 2 <= s <= bm * bn and (not pow2 or s & (s - 1) == 0)]
+                and s <= bm * bn and (not pow2 or s & (s - 1) == 0)]
         return fits[-1] if fits else None
 
     shapes = [t for t in shapes if split(*t, 1)]
@@ -207,35 +174,30 @@ def seeds(problem: GemmProblem, sm_count: int) -> list[dict[str, Any]]:
     def warps(bm: int, bn: int) -> int:
         return 2 if bm * bn <= 2048 else 4
 
-    rows: list[tuple[int, int, int, int | None, int, int, str, int, int]] = []
+    rows: list[tuple[int, int, int, int | None, int, int, str, int]] = []
     best = shapes[:2]
     for bk, stages, mode in ((128, 5, "barrier"), (128, 4, "tagged"), (256, 3, "barrier")):
-        rows += [(bm, bn, bk, split(bm, bn, 1), warps(bm, bn), stages, mode, 1, 0)
+        rows += [(bm, bn, bk, split(bm, bn, 1), warps(bm, bn), stages, mode, 1)
                  for bm, bn in best]
-    # the even deal for the leading shapes whose best split leaves SMs idle
-    for bm, bn in [t for t in shapes[:3] if _tiles(problem, *t) * (split(*t, 1) or 0) < sms][:2]:
-        rows += [(bm, bn, bk, 1, warps(bm, bn), stages, "barrier", 1, sms)
-                 for bk, stages in ((128, 5), (256, 3))]
-    rows += [(bm, bn, 128, split(bm, bn, 1), warps(bm, bn), 5, "barrier", 0, 0)
-             for bm, bn in best]
-    rows += [(bm, bn, 128, split(bm, bn, 1), warps(bm, bn), 4, "tagged", 0, 0) for bm, bn in best]
+    rows += [(bm, bn, 128, split(bm, bn, 1), warps(bm, bn), 5, "barrier", 0) for bm, bn in best]
+    rows += [(bm, bn, 128, split(bm, bn, 1), warps(bm, bn), 4, "tagged", 0) for bm, bn in best]
     for bm, bn in best:
         sk = split(bm, bn, 1)
         for bk, stages, w in ((128, 4, 4), (256, 3, 4), (128, 5, 8)):
-            rows.append((bm, bn, bk, sk, w, stages, "barrier", 0, 0))
-        rows.append((bm, bn, 128, split(bm, bn, 1, pow2=True), 4, 4, "barrier", 0, 0))
+            rows.append((bm, bn, bk, sk, w, stages, "barrier", 0))
+        rows.append((bm, bn, 128, split(bm, bn, 1, pow2=True), 4, 4, "barrier", 0))
     for bm, bn in shapes[2:]:
-        rows.append((bm, bn, 128, split(bm, bn, 1), 4, 4, "barrier", 0, 0))
+        rows.append((bm, bn, 128, split(bm, bn, 1), 4, 4, "barrier", 0))
     for bm, bn in shapes[:3]:
-        rows.append((bm, bn, 128, split(bm, bn, 2), 4, 4, "two_launch", 0, 0))
+        rows.append((bm, bn, 128, split(bm, bn, 2), 4, 4, "two_launch", 0))
     out: list[dict[str, Any]] = []
     limits = DeviceLimits(sm_count=sms, smem_per_block=SEED_SMEM)
-    for bm, bn, bk, sk, w, stages, mode, tma, programs in rows:
+    for bm, bn, bk, sk, w, stages, mode, tma in rows:
         # a BLOCK_K whose whole steps leave the last slices empty gives way to half of it,
         # two stages deeper (about as many bytes in flight)
         for step, depth in ((bk, stages), (bk // 2, min(6, stages + 2))):
             config = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=step, SPLIT_K=sk, num_warps=w,
-                          num_stages=depth, MODE=mode, TMA=tma, PROGRAMS=programs)
+                          num_stages=depth, MODE=mode, TMA=tma)
             if (sk is not None and step in legal["BLOCK_K"]
                     and all(config[p] in legal[p] for p in PARAMS)
                     and not violations(problem, config, limits)):
