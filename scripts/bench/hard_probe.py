@@ -387,6 +387,42 @@ def long_k6(rounds: int = 7) -> None:
             print(json.dumps(row), flush=True)
 
 
+def long_k8(rounds: int = 7, finalists: int = 6) -> None:
+    """The split layout's K step, depth, warps and reduction on 32x512x98304: every feasible
+    configuration of its best tile and split timed once (after a check), then the fastest few
+    interleaved round by round beside cuBLAS."""
+    cases = {(32, 512, 98304): (32, 64, 16)}
+    limits = skinny_space.DeviceLimits(sm_count=132, smem_per_block=skinny_space.SEED_SMEM)
+    for (m, n, k), (bm, bn, sk) in cases.items():
+        p = GemmProblem(m, n, k)
+        sh, sets, refs = _shape(p, 1000)
+        timed = []
+        for bk, st, w, mode in itertools.product((64, 128, 256, 512), (2, 3, 4, 5, 6),
+                                                 (1, 2, 4), ("barrier", "tagged")):
+            cfg = _cfg(bm, bn, bk, sk, w, st, mode, 1)
+            if w == 1 and bm * bn > 2048 or skinny_space.violations(p, cfg, limits):
+                continue
+            _skinny(sh, f"skinny {cfg}", sets, refs, cfg)
+            if "us" in ROWS[-1]:
+                timed.append((ROWS[-1]["us"], cfg))
+        best = [cfg for _, cfg in sorted(timed, key=lambda t: t[0])[:finalists]]
+        calls = {"cublas": [_cublas(st) for st in sets]}
+        for cfg in best:
+            calls[json.dumps(cfg)] = [
+                (lambda st=st, cfg=cfg: skinny.matmul_skinny(st.a, st.b, cfg, out=st.out))
+                for st in sets]
+        per: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(rounds):
+            for name, fns in calls.items():
+                per[name].append(BENCH(fns).median_us)
+        for name, us in per.items():
+            us_sorted = sorted(us)
+            row = {"shape": sh, "name": "interleaved " + name, "us": us_sorted[len(us) // 2],
+                   "min_us": us_sorted[0], "max_us": us_sorted[-1], "rounds": us}
+            ROWS.append(row)
+            print(json.dumps(row), flush=True)
+
+
 def read_ceiling_mid() -> None:
     """What reading the operands of the mid-m shapes alone takes (the floor under any kernel
     of them that reads A and B once), beside cuBLAS on the same shapes."""
@@ -419,6 +455,8 @@ if __name__ == "__main__":
             long_k5()
         if "s6" in ONLY:
             long_k6()
+        if "s8" in ONLY:
+            long_k8()
         if "r" in ONLY:
             read_ceiling_mid()
     finally:
