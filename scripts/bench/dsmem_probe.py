@@ -1,0 +1,122 @@
+"""Probe (issue 18): the skinny split-K GEMM with a cluster reduction in distributed shared
+memory (``skinny_dsmem.cu``, hand-written CUDA: Triton 3.6 has no clusters), interleaved with
+the Triton skinny kernel's best configurations and cuBLAS on long-K shapes with m <= 32.
+
+    OUT=DIR python -m scripts.bench.dsmem_probe
+
+Compiles the .cu with nvcc (sm_90a) into DIR, checks every kernel against float64 on fresh
+inputs into NaN-poisoned outputs and 20 repeats for bitwise equality, then times 7 interleaved
+rounds (the worker's EventBench: L2 read flush, two rotated input sets). Rows go to
+DIR/dsmem.json."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+
+import torch
+
+from kernel_templates.gemm import skinny
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import reference_for, rel_error
+from search.kinds.gemm.spec import GemmProblem
+from workers.bench import EventBench
+
+OUT = os.environ.get("OUT", "/tmp/dsmem")
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = EventBench(max_reps=300, target_ms=20.0, warmup_ms=10.0)
+ROWS: list[dict] = []
+
+
+def build() -> ctypes.CDLL:
+    lib = os.path.join(OUT, "skinny_dsmem.so")
+    subprocess.run(["nvcc", "-arch=sm_90a", "-O3", "-std=c++17", "-shared", "-Xcompiler",
+                    "-fPIC", "-o", lib, os.path.join(HERE, "skinny_dsmem.cu")], check=True)
+    so = ctypes.CDLL(lib)
+    so.skinny_dsmem_launch.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4 + [
+        ctypes.c_void_p]
+    so.skinny_dsmem_launch.restype = ctypes.c_int
+    so.skinny_dsmem_max_clusters.argtypes = [ctypes.c_int, ctypes.c_int]
+    return so
+
+
+def dsmem(so: ctypes.CDLL, st, split: int):
+    m, k = st.a.shape
+    n = st.b.shape[1]
+
+    def call() -> None:
+        err = so.skinny_dsmem_launch(st.a.data_ptr(), st.b.data_ptr(), st.out.data_ptr(), m, n,
+                                     k, split, ctypes.c_void_p(
+                                         torch.cuda.current_stream().cuda_stream))
+        if err:
+            raise RuntimeError(f"launch failed: cudaError {err}")
+    return call
+
+
+def triton_skinny(cfg):
+    return lambda st: (lambda: skinny.matmul_skinny(st.a, st.b, cfg, out=st.out))
+
+
+def main() -> None:
+    os.makedirs(OUT, exist_ok=True)
+    so = build()
+    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    for split in (8, 16):
+        ROWS.append({"name": f"max active clusters of {split}",
+                     "value": so.skinny_dsmem_max_clusters(split, 512)})
+        print(ROWS[-1], flush=True)
+    base = dict(BLOCK_M=32, BLOCK_N=64, SPLIT_K=16, num_warps=2, TMA=1)
+    triton_cfgs = {"triton barrier 256/3": {**base, "BLOCK_K": 256, "num_stages": 3,
+                                            "MODE": "barrier"},
+                   "triton tagged 128/4": {**base, "BLOCK_K": 128, "num_stages": 4,
+                                           "MODE": "tagged"}}
+    for m, n, k in ((32, 512, 98304), (32, 512, 65536), (32, 1024, 32768), (20, 512, 98304)):
+        p = GemmProblem(m, n, k)
+        sh = f"{m}x{n}x{k}"
+        sets = [make_inputs(p, "cuda", seed=1100 + i) for i in range(2)]
+        refs = [reference_for(st) for st in sets]
+        makers = {"cublas": lambda st: (lambda: torch.matmul(st.a, st.b, out=st.out))}
+        for split in (16, 8):
+            makers[f"dsmem split {split}"] = lambda st, s=split: dsmem(so, st, s)
+        makers.update({name: triton_skinny(c) for name, c in triton_cfgs.items()})
+        calls = {}
+        for name, make in makers.items():
+            row = {"shape": sh, "name": "check " + name}
+            try:
+                errs, bad = [], 0
+                for st, ref in zip(sets, refs, strict=True):
+                    st.out.fill_(float("nan"))
+                    make(st)()
+                    torch.cuda.synchronize()
+                    errs.append(rel_error(st.out, ref))
+                first = sets[0].out.clone()
+                for _ in range(20):
+                    sets[0].out.fill_(float("nan"))
+                    make(sets[0])()
+                    bad += int(not torch.equal(sets[0].out, first))
+                row.update(err=max(errs), repeat_mismatches_of_20=bad)
+                if max(errs) < 2e-2:
+                    calls[name] = [make(st) for st in sets]
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = repr(exc)[:300]
+            ROWS.append(row)
+            print(json.dumps(row), flush=True)
+        per: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(7):
+            for name, fns in calls.items():
+                per[name].append(BENCH(fns).median_us)
+        for name, us in per.items():
+            s = sorted(us)
+            row = {"shape": sh, "name": name, "us": s[3], "min_us": s[0], "max_us": s[-1]}
+            ROWS.append(row)
+            print(f"{sh:>16} {s[3]:8.2f} ({s[0]:.2f}-{s[-1]:.2f}) {name}", flush=True)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        with open(os.path.join(OUT, "dsmem.json"), "w") as f:
+            json.dump(ROWS, f, indent=1)
