@@ -135,51 +135,49 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   cluster.sync();  // no CTA leaves while another still reads its shared memory
 }
 
+namespace {
+// A launch of `split` x n/64 CTAs in clusters of `split` along K.
+struct Launch {
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t cfg = {};
+  Launch(int split, int n, cudaStream_t stream) {
+    cfg.gridDim = dim3(split, n / BN, 1);
+    cfg.blockDim = dim3(THREADS, 1, 1);
+    cfg.dynamicSmemBytes = SMEM;
+    cfg.stream = stream;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = split;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+};
+
+cudaError_t prepare() {  // shared memory over 48 KB, clusters over 8
+  cudaError_t e = cudaFuncSetAttribute(skinny_dsmem, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       SMEM);
+  if (e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(skinny_dsmem, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+}
+}  // namespace
+
 // Host side: returns a cudaError_t (0: launched).
 extern "C" int skinny_dsmem_launch(const void* A, const void* B, void* C, int M, int N, int K,
                                    int split, void* stream) {
-  static bool ready = false;
-  if (!ready) {
-    cudaError_t e = cudaFuncSetAttribute(skinny_dsmem, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         SMEM);
-    if (e != cudaSuccess) return e;
-    e = cudaFuncSetAttribute(skinny_dsmem, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (e != cudaSuccess) return e;
-    ready = true;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(split, N / BN, 1);
-  cfg.blockDim = dim3(THREADS, 1, 1);
-  cfg.dynamicSmemBytes = SMEM;
-  cfg.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = split;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, skinny_dsmem, static_cast<const __nv_bfloat16*>(A),
+  static cudaError_t ready = prepare();
+  if (ready != cudaSuccess) return ready;
+  Launch l(split, N, static_cast<cudaStream_t>(stream));
+  return cudaLaunchKernelEx(&l.cfg, skinny_dsmem, static_cast<const __nv_bfloat16*>(A),
                             static_cast<const __nv_bfloat16*>(B),
                             static_cast<__nv_bfloat16*>(C), M, N, K, K / split);
 }
 
 // The most clusters of `split` CTAs that can be resident at once (0 on error).
 extern "C" int skinny_dsmem_max_clusters(int split, int n) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(split, n / BN, 1);
-  cfg.blockDim = dim3(THREADS, 1, 1);
-  cfg.dynamicSmemBytes = SMEM;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = split;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cudaFuncSetAttribute(skinny_dsmem, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-  cudaFuncSetAttribute(skinny_dsmem, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (prepare() != cudaSuccess) return 0;
+  Launch l(split, n, nullptr);
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, skinny_dsmem, &cfg) != cudaSuccess) return 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, skinny_dsmem, &l.cfg) != cudaSuccess) return 0;
   return clusters;
 }
