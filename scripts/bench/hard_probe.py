@@ -3,12 +3,14 @@
 (read ceiling, modes, tiles, where its time goes), timed with the worker's ``EventBench`` (read
 flush, rotated input sets), each kernel checked against the float64 reference first.
 
-    OUT=DIR python -m scripts.bench.hard_probe [u] [s] [s2] [s3] [s4] [s5] [s6] [r]
+    OUT=DIR python -m scripts.bench.hard_probe [u] [s] [s2] [s3] [s4] [s5] [s6] [s8] [r]
 
 (no argument: ``u`` and ``s``). Writes ``$OUT/probe.json`` and prints a table. The numbers of
 docs/benchmarks/gemm_hard_h100_2026-11-25.md come from it, and ``s6`` (the barrier's two
 counting schemes and the tagged mode's two store widths, interleaved) those of
-docs/benchmarks/gemm_longk_h100_2026-11-27.md."""
+docs/benchmarks/gemm_longk_h100_2026-11-27.md; ``s8`` (the split layout's grid on
+32x512x98304) the sweep in docs/benchmarks/gemm_even_deal_h100_2026-11-27.md, whose ``s7`` is
+in commit 454655b only."""
 
 from __future__ import annotations
 
