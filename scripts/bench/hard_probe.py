@@ -31,6 +31,7 @@ from kernel_templates.gemm.triton import matmul as tiled
 from search.kinds.gemm import repair_space, skinny_space
 from search.kinds.gemm.alignment import RepairPlan
 from search.kinds.gemm.spec import GemmProblem
+from search.limits import DeviceLimits
 from workers.bench import EventBench
 
 OUT = os.environ.get("OUT", "/tmp/probe")
@@ -400,7 +401,7 @@ def long_k8(rounds: int = 7, finalists: int = 6) -> None:
     configuration of its best tile and split timed once (after a check), then the fastest few
     interleaved round by round beside cuBLAS."""
     cases = {(32, 512, 98304): (32, 64, 16)}
-    limits = skinny_space.DeviceLimits(sm_count=132, smem_per_block=skinny_space.SEED_SMEM)
+    limits = DeviceLimits(sm_count=132, smem_per_block=skinny_space.SEED_SMEM)
     for (m, n, k), (bm, bn, sk) in cases.items():
         p = GemmProblem(m, n, k)
         sh, sets, refs = _shape(p, 1000)
@@ -408,7 +409,7 @@ def long_k8(rounds: int = 7, finalists: int = 6) -> None:
         for bk, st, w, mode in itertools.product((64, 128, 256, 512), (2, 3, 4, 5, 6),
                                                  (1, 2, 4), ("barrier", "tagged")):
             cfg = _cfg(bm, bn, bk, sk, w, st, mode, 1)
-            if w == 1 and bm * bn > 2048 or skinny_space.violations(p, cfg, limits):
+            if (w == 1 and bm * bn > 2048) or skinny_space.violations(p, cfg, limits):
                 continue
             _skinny(sh, f"skinny {cfg}", sets, refs, cfg)
             if "us" in ROWS[-1]:
