@@ -130,7 +130,62 @@ def test_an_owner_that_waits_in_vain_writes_nan_and_the_next_launch_is_right(
     run(p, cfg(), 3, device)
 
 
+@pytest.mark.parametrize(("m", "n", "k", "stack", "order", "programs"), [
+    (96, 64, 256, 3, "lockstep", 5), (96, 64, 256, 3, "rows", 5),
+    (150, 72, 200, 2, "lockstep", 7), (150, 72, 200, 2, "rows", 7),
+    (150, 72, 200, 4, "columns", 9), (40, 104, 160, 2, "lockstep", 13),
+    (64, 64, 256, 1, "lockstep", 3), (97, 35, 203, 1, "lockstep", 7),
+])
+def test_stacked_tiles_and_lockstep_order_are_correct_and_deterministic(
+        m: int, n: int, k: int, stack: int, order: str, programs: int, device: str) -> None:
+    # STACK m-tiles of 32 rows share each B tile: one tile row (96 = 3 x 32, 40 < 2 x 32, with
+    # zero-filled rows past m) or several (150 rows: three tall tiles of 64, two of 128 with 4
+    # stacked), ranges that start mid-tile, ragged edges, columns order's lanes; lockstep
+    # also on unstacked tiles with pointer loads (97x35x203: rows TMA cannot describe), where
+    # its finishers sum the partials
+    p = GemmProblem(m=m, n=n, k=k, dtype="fp16")
+    config = cfg(LOADS="tma" if stack > 1 else "pointer", ORDER=order, STACK=stack)
+    first = run(p, config, programs, device, seed=programs)
+    assert torch.equal(first, run(p, config, programs, device, seed=programs))
+    run(p, config, programs, device, seed=programs + 100)
+
+
+def test_stacked_tiles_partition_by_their_whole_height() -> None:
+    config = check_streamk_config(cfg(STACK=3, ORDER="columns"))
+    # 150 rows are 2 tall tiles of 96 (not 5 of 32): groups of 2 lanes
+    part = partition(150, 72, 200, config, 9)
+    assert part.units == 2 and part.per_tile == 13
+    assert partition(96, 64, 256, check_streamk_config(cfg(STACK=3)), 5).q == 2 * 16 // 5
+
+
+def test_lockstep_finishers_that_wait_in_vain_write_nan(
+        device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's program order is what this test relies on")
+    # 4 tiles of 96x32, 16 iterations each, over 3 ranges: tile 0 lies whole in range 0
+    p = GemmProblem(96, 128, 256, dtype="fp16")
+    monkeypatch.setattr(streamk, "REVERSED", False)  # lockstep's ranges then run reversed
+    monkeypatch.setattr(streamk, "SPIN_LIMIT", 4)
+    inp = make_inputs(p, device, 0)
+    matmul_streamk(inp.a, inp.b, cfg(LOADS="tma", ORDER="lockstep", STACK=3), out=inp.out,
+                   programs=3)
+    nan = torch.isnan(inp.out)
+    assert nan.any() and not nan[:, :32].any()
+    monkeypatch.setattr(streamk, "REVERSED", True)
+    monkeypatch.setattr(streamk, "SPIN_LIMIT", 1 << 20)
+    run(p, cfg(LOADS="tma", ORDER="lockstep", STACK=3), 3, device)  # the next launch is right
+
+
 def test_bad_configs_are_refused() -> None:
+    with pytest.raises(InvalidConfig, match="STACK must be one of"):
+        check_streamk_config(cfg(STACK=5))
+    with pytest.raises(InvalidConfig, match="STACK > 1 needs TMA loads"):
+        check_streamk_config(cfg(STACK=2, LOADS="pointer"))
+    with pytest.raises(InvalidConfig, match="IDLE_SMS"):
+        check_streamk_config(cfg(IDLE_SMS=3))
+    with pytest.raises(Unsupported, match="STACK=2 needs TMA loads"):
+        a = torch.zeros(64, 64, dtype=torch.float32)
+        matmul_streamk(a, a, cfg(STACK=2))
     with pytest.raises(InvalidConfig, match="power of two"):
         check_streamk_config(cfg(bm=48))
     with pytest.raises(InvalidConfig, match="GRID"):
@@ -153,6 +208,9 @@ def test_the_backend_runs_a_search_config(device: str) -> None:
 
     p = GemmProblem(97, 35, 203, dtype="fp16")
     config = {**seeds(p)[0], "BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32}
+    assert config["STACK"] == 1  # rows TMA cannot describe: no stacked seeds
+    assert "needs TMA loads" in " ".join(static_violations(
+        Candidate(p, "triton_streamk", {**config, "STACK": 2}), "interpreter", 0))
     cand = Candidate(p, "triton_streamk", config)
     assert static_violations(cand, "interpreter", 0) == []
     inp = make_inputs(p, device, 5)

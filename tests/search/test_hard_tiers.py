@@ -362,23 +362,45 @@ def test_stream_k_seeds_are_feasible(index: int) -> None:
 
 
 def test_stream_k_seeds_columns_order_first_where_b_dwarfs_a() -> None:
-    # 192x6144x6144: B is 32 times A; one tile row (BLOCK_M 256 >= m) leads, then groups of
-    # 128- and 64-row tiles, then the rows-order seeds
+    # 192x6144x6144: B is 32 times A; after the stacked seeds, one tile row (BLOCK_M 256 >= m)
+    # leads, then groups of 128- and 64-row tiles, then the rows-order seeds
     p = shape(5)
     seeds = streamk_space.seeds(p)
-    assert seeds[0]["ORDER"] == "columns" and seeds[0]["BLOCK_M"] == 256
     orders = [s["ORDER"] for s in seeds]
+    assert orders[:2] == ["lockstep", "lockstep"]
+    assert seeds[2]["ORDER"] == "columns" and seeds[2]["BLOCK_M"] == 256
     first = orders.index("rows")
-    assert first >= 4 and set(orders[:first]) == {"columns"} and set(orders[first:]) == {"rows"}
+    assert first >= 6 and set(orders[2:first]) == {"columns"} and set(orders[first:]) == {"rows"}
     assert 256 in dict((c.name, c.values) for c in streamk_space.space(p))["BLOCK_M"]
     assert streamk_space.seeds(shape(6))[0]["ORDER"] == "columns"  # 320x4096x12288
     square = GemmProblem(1024, 1024, 8192)
     assert streamk_space.seeds(square)[0]["ORDER"] == "rows"
 
 
+@pytest.mark.parametrize(("m", "stack", "stages"), [(192, 3, (6, 5)), (100, 2, (6, 5)),
+                                                    (256, 4, (5, 4))])
+def test_stream_k_seeds_lead_with_stacked_tiles_in_lockstep_where_m_fits_them(
+        m: int, stack: int, stages: tuple[int, int]) -> None:
+    p = GemmProblem(m, 6144, 6144)
+    seeds = streamk_space.seeds(p)
+    lead = [s for s in seeds if s["STACK"] > 1]
+    assert seeds[:2] == lead and [s["num_stages"] for s in lead] == list(stages)
+    assert all(s["STACK"] == stack and s["ORDER"] == "lockstep" and s["IDLE_SMS"] == 4
+               and s["BLOCK_M"] == 64 for s in lead)
+    assert all(not streamk_space.violations(p, s, LIMITS) for s in seeds)
+    # twice the K step at the same depth is more than the shared memory holds (the stacked
+    # rows count), and a stack past m is infeasible
+    assert any("shared memory" in v for v in streamk_space.violations(
+        p, {**lead[0], "BLOCK_K": 128}, LIMITS))
+    assert any("past m" in v for v in streamk_space.violations(
+        p, {**lead[0], "STACK": 4, "BLOCK_M": 128}, LIMITS))
+    assert not any(s["STACK"] > 1 for s in streamk_space.seeds(shape(6)))  # m=320: five tiles
+
+
 def test_stream_k_columns_order_searches_one_group_m() -> None:
     p = shape(5)
-    config = {**streamk_space.seeds(p)[0], "GROUP_M": 8}
+    config = {**next(s for s in streamk_space.seeds(p) if s["ORDER"] == "columns"),
+              "GROUP_M": 8}
     assert any("GROUP_M" in r for r in streamk_space.violations(p, config, LIMITS))
     assert not streamk_space.violations(p, {**config, "ORDER": "rows"}, LIMITS)
     assert streamk_space.violations(p, {**config, "ORDER": "diagonal"}, LIMITS)

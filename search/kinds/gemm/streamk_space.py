@@ -8,6 +8,9 @@ A configuration::
 
 ``ORDER="columns"`` (groups of programs walk the tile rows of one tile column side by side, so
 B is read from DRAM about once) is seeded first where B is much larger than A: small ``m``.
+Where ``m`` is over 64 and at most 256, stacked tiles lead (``STACK`` 64-row m-tiles cover all
+of ``m`` and share each B tile) in lockstep order on all SMs but four (``IDLE_SMS``): the
+fastest Triton kernels of ``docs/benchmarks/gemm_midm_h100_2026-11-27.md``.
 """
 
 from __future__ import annotations
@@ -15,17 +18,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from search.kinds.gemm.alignment import unaligned
 from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 from search.limits import DeviceLimits
 from search.optimizer import Choice
 
-__all__ = ["COLUMNS_FIRST_RATIO", "DEFAULTS", "MAX_PROGRAMS_PER_TILE", "MAX_WAVE_USE",
-           "MIN_K_ITERS", "ORDERS", "PARAMS", "applies", "columns_first", "complete", "seeds",
-           "space", "violations", "wave_use"]
+__all__ = ["COLUMNS_FIRST_RATIO", "DEFAULTS", "IDLE", "MAX_PROGRAMS_PER_TILE", "MAX_WAVE_USE",
+           "MIN_K_ITERS", "ORDERS", "PARAMS", "STACKS", "STACK_M", "applies", "columns_first",
+           "complete", "seeds", "space", "stackable", "violations", "wave_use"]
 
 PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "GRID",
           "ORDER")
-ORDERS = ("rows", "columns")
+ORDERS = ("rows", "columns", "lockstep")
+#: Dimensions searched with lockstep order (the repair tier's rows order keeps to the rest).
+STACKS = (1, 2, 3, 4)
+IDLE = (0, 4)
+#: Stacked seeds lead for m in this range (64-row m-tiles, at most 4 of them).
+STACK_M = (65, 256)
 #: Keys the template takes that the space does not search, at their values (a space without
 #: ``ORDER`` leaves it out of its configurations: the template's default, rows).
 DEFAULTS: dict[str, Any] = {"LOADS": "auto"}
@@ -85,13 +94,15 @@ def space(problem: GemmProblem, orders: tuple[str, ...] = ORDERS) -> tuple[Choic
     """The dimensions; ``orders``: the ``ORDER`` values searched (one: not a dimension, the
     template's default fills it)."""
     order = (Choice("ORDER", orders),) if len(orders) > 1 else ()
+    if "lockstep" in orders:
+        order += (Choice("STACK", STACKS), Choice("IDLE_SMS", IDLE))
     return (
         Choice("BLOCK_M", _up_to(_BLOCK_M, problem.m)),
         Choice("BLOCK_N", _up_to(_BLOCK_N, problem.n)),
         Choice("BLOCK_K", _up_to((32, 64, 128), problem.k)),
         Choice("GROUP_M", (1, 4, 8)),
         Choice("num_warps", (4, 8)),
-        Choice("num_stages", (2, 3, 4, 5)),
+        Choice("num_stages", (2, 3, 4, 5, 6)),
         Choice("GRID", (1, 2)),
         *order,
     )
@@ -113,14 +124,23 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
             out.append(f"{name}={v} is not a power of two")
     if out:
         return out
-    smem = config["num_stages"] * (bm + bn) * bk * DTYPE_BYTES[problem.dtype]
+    stack = int(config.get("STACK", 1))
+    tall = stack * bm
+    if stack > 1:
+        if (stack - 1) * bm >= problem.m:
+            out.append(f"STACK={stack} of BLOCK_M={bm} puts a whole m-tile past m={problem.m}")
+        if not stackable(problem):
+            out.append(f"STACK={stack} needs TMA loads: bf16 or fp16 operands with 16-byte "
+                       f"aligned rows (this problem: {problem.dtype}, unaligned "
+                       f"{list(unaligned(problem)) or 'none'})")
+    smem = config["num_stages"] * (tall + bn) * bk * DTYPE_BYTES[problem.dtype]
     if smem > limits.smem_per_block:
         out.append(f"shared memory {smem} B for {config['num_stages']} stages is over the "
                    f"device limit {limits.smem_per_block} B")
     threads = 32 * config["num_warps"]
-    if bm * bn / threads > 256:
-        out.append(f"accumulator {bm}x{bn} needs {bm * bn // threads} fp32 registers per thread "
-                   f"with num_warps={config['num_warps']} (limit 256)")
+    if tall * bn / threads > 256:
+        out.append(f"accumulator {tall}x{bn} needs {tall * bn // threads} fp32 registers per "
+                   f"thread with num_warps={config['num_warps']} (limit 256)")
     if bm * bn < 4 * threads:
         out.append(f"tile {bm}x{bn} is too small for {config['num_warps']} warps")
     if config["num_warps"] > limits.max_warps:
@@ -132,6 +152,11 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
         out.append(f"GROUP_M={config['GROUP_M']} has no effect in columns order (GROUP_M=1 "
                    "only, so the search does not measure one configuration twice)")
     return out
+
+
+def stackable(problem: GemmProblem) -> bool:
+    """Whether stacked tiles can run: their A tiles come through TMA only."""
+    return problem.dtype in ("bf16", "fp16") and not {"A", "B"} & set(unaligned(problem))
 
 
 def columns_first(problem: GemmProblem) -> bool:
@@ -162,8 +187,15 @@ def seeds(problem: GemmProblem, orders: tuple[str, ...] = ORDERS) -> list[dict[s
         ]
     legal = {c.name: c.values for c in space(problem, orders)}
     legal.setdefault("ORDER", orders)  # one order: not a dimension
+    extra = [(1, 0)] * len(rows)
+    if ("lockstep" in orders and STACK_M[0] <= problem.m <= STACK_M[1]
+            and stackable(problem)):
+        stack = math.ceil(problem.m / 64)
+        deep = (6, 5) if stack <= 3 else (5, 4)  # within an H100's 227 KiB of shared memory
+        rows = [(64, 64, 64, 1, 4, d, 1, "lockstep") for d in deep] + rows
+        extra = [(stack, 4)] * len(deep) + extra
     out: list[dict[str, Any]] = []
-    for row in rows:
+    for row, (stack, idle) in zip(rows, extra, strict=True):
         if row[-1] not in legal["ORDER"]:
             continue
         # a value the space lacks (a tile over a small problem) becomes the nearest below it
@@ -172,6 +204,8 @@ def seeds(problem: GemmProblem, orders: tuple[str, ...] = ORDERS) -> list[dict[s
             for p, x in zip(PARAMS[:-1], row[:-1], strict=True)}
         if len(orders) > 1:
             config["ORDER"] = row[-1]
+        if "STACK" in legal:
+            config.update(STACK=stack, IDLE_SMS=idle)
         if complete(config) not in out:
             out.append(complete(config))
     return out
