@@ -27,3 +27,57 @@ def checked_timing(sets: Sequence[Any], refs: Sequence[Any], calls: Sequence[Cal
     t = bench(calls)
     return {"us": round(t.median_us, 3), "p20": round(t.p20_us, 3), "p80": round(t.p80_us, 3),
             "err": err}
+
+
+def checked_makers(makers: dict[str, Callable[[Any], Callable[[], Any]]], sets: Sequence[Any],
+                   refs: Sequence[Any], repeats: int, shape: str, rows: list[dict[str, Any]],
+                   tolerance: float = 2e-2) -> dict[str, list[Callable[[], Any]]]:
+    """Each ``makers[name](set)`` is a call computing into ``set.out``. Every set's result on a
+    NaN-filled output is compared with its reference, then ``repeats`` launches on the first
+    set with the first result, bitwise. A row per name goes to ``rows`` (errors included);
+    returned: the calls over every set of the names within ``tolerance`` and repeatable."""
+    import json
+
+    import torch
+
+    from kernel_templates.gemm.reference import rel_error
+
+    calls: dict[str, list[Callable[[], Any]]] = {}
+    for name, make in makers.items():
+        row: dict[str, Any] = {"shape": shape, "name": "check " + name}
+        try:
+            errs = []
+            for st, ref in zip(sets, refs, strict=True):
+                st.out.fill_(float("nan"))
+                make(st)()
+                torch.cuda.synchronize()
+                errs.append(rel_error(st.out, ref))
+            first, bad = sets[0].out.clone(), 0
+            for _ in range(repeats):
+                sets[0].out.fill_(float("nan"))
+                make(sets[0])()
+                bad += int(not torch.equal(sets[0].out, first))
+            row.update(err=max(errs), repeats=repeats, repeat_mismatches=bad)
+            if max(errs) < tolerance and bad == 0:
+                calls[name] = [make(st) for st in sets]
+        except Exception as exc:  # noqa: BLE001 - a probe records what failed and goes on
+            row["error"] = repr(exc)[:300]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return calls
+
+
+def interleaved(calls: dict[str, list[Callable[[], Any]]],
+                bench: Callable[[Sequence[Callable[[], Any]]], Any], shape: str,
+                rows: list[dict[str, Any]], rounds: int = 7) -> None:
+    """``rounds`` rounds, each timing every name once (``bench``'s median); a row per name
+    with the median of the rounds and their range goes to ``rows``."""
+    per: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fns in calls.items():
+            per[name].append(bench(fns).median_us)
+    for name, us in per.items():
+        s = sorted(us)
+        mid = s[len(s) // 2]
+        rows.append({"shape": shape, "name": name, "us": mid, "min_us": s[0], "max_us": s[-1]})
+        print(f"{shape:>16} {mid:8.2f} ({s[0]:.2f}-{s[-1]:.2f}) {name}", flush=True)

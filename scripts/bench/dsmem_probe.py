@@ -20,13 +20,13 @@ import torch
 
 from kernel_templates.gemm import skinny
 from kernel_templates.gemm.inputs import make_inputs
-from kernel_templates.gemm.reference import reference_for, rel_error
+from kernel_templates.gemm.reference import reference_for
+from scripts.bench.checked import checked_makers, interleaved
 from search.kinds.gemm.spec import GemmProblem
 from workers.bench import EventBench
 
 OUT = os.environ.get("OUT", "/tmp/dsmem")
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCH = EventBench(max_reps=300, target_ms=20.0, warmup_ms=10.0)
 ROWS: list[dict] = []
 
 
@@ -62,6 +62,7 @@ def triton_skinny(cfg):
 def main() -> None:
     os.makedirs(OUT, exist_ok=True)
     so = build()
+    bench = EventBench(max_reps=300, target_ms=20.0, warmup_ms=10.0)
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     for split in (8, 16):
         ROWS.append({"name": f"max active clusters of {split}",
@@ -81,38 +82,8 @@ def main() -> None:
         for split in (16, 8):
             makers[f"dsmem split {split}"] = lambda st, s=split: dsmem(so, st, s)
         makers.update({name: triton_skinny(c) for name, c in triton_cfgs.items()})
-        calls = {}
-        for name, make in makers.items():
-            row = {"shape": sh, "name": "check " + name}
-            try:
-                errs, bad = [], 0
-                for st, ref in zip(sets, refs, strict=True):
-                    st.out.fill_(float("nan"))
-                    make(st)()
-                    torch.cuda.synchronize()
-                    errs.append(rel_error(st.out, ref))
-                first = sets[0].out.clone()
-                for _ in range(20):
-                    sets[0].out.fill_(float("nan"))
-                    make(sets[0])()
-                    bad += int(not torch.equal(sets[0].out, first))
-                row.update(err=max(errs), repeat_mismatches_of_20=bad)
-                if max(errs) < 2e-2:
-                    calls[name] = [make(st) for st in sets]
-            except Exception as exc:  # noqa: BLE001
-                row["error"] = repr(exc)[:300]
-            ROWS.append(row)
-            print(json.dumps(row), flush=True)
-        per: dict[str, list[float]] = {name: [] for name in calls}
-        for _ in range(7):
-            for name, fns in calls.items():
-                per[name].append(BENCH(fns).median_us)
-        for name, us in per.items():
-            s = sorted(us)
-            row = {"shape": sh, "name": name, "us": s[3], "min_us": s[0], "max_us": s[-1]}
-            ROWS.append(row)
-            print(f"{sh:>16} {s[3]:8.2f} ({s[0]:.2f}-{s[-1]:.2f}) {name}", flush=True)
-
+        calls = checked_makers(makers, sets, refs, 20, sh, ROWS)
+        interleaved(calls, bench, sh, ROWS)
 
 if __name__ == "__main__":
     try:
