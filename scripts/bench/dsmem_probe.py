@@ -85,6 +85,7 @@ def main() -> None:
         calls = checked_makers(makers, sets, refs, 20, sh, ROWS)
         interleaved(calls, bench, sh, ROWS)
 
+
 if __name__ == "__main__":
     try:
         main()
