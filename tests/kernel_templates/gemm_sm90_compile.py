@@ -62,13 +62,19 @@ def cases() -> dict[str, dict[str, int]]:
     sk = streamk._streamk_kernel
     base = {"c_ptr": "*bf16", "ws_ptr": "*fp32", "flag_ptr": "*i32",
             **dict.fromkeys(STREAMK_INTS, "i32")}
-    consts = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, COLUMNS=False, TMA=True,
-                  A_COL=False,
+    consts = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, COLUMNS=False,
+                  LOCKSTEP=False, STACK=1, TMA=True, A_COL=False,
                   B_COL=True, EVEN_K=True, EVEN_MN=False, INPUT_PRECISION="tf32",
-                  SPIN=1 << 20, REVERSED=True)
+                  SPIN=1 << 20, FORWARD=False)
     out["streamk_tma"] = ops(compile_ptx(
         sk, {"a": "tensordesc<bf16[128, 64]>", "b": "tensordesc<bf16[128, 64]>", **base},
         consts, ["c_ptr", "ws_ptr", "flag_ptr"], num_warps=8, num_stages=3))
+    # three stacked 64-row m-tiles in lockstep order, as the mid-m seeds run
+    out["streamk_stacked"] = ops(compile_ptx(
+        sk, {"a": "tensordesc<bf16[64, 64]>", "b": "tensordesc<bf16[64, 64]>", **base},
+        {**consts, "BLOCK_M": 64, "BLOCK_N": 64, "GROUP_M": 1, "B_COL": False,
+         "LOCKSTEP": True, "STACK": 3, "FORWARD": True},
+        ["c_ptr", "ws_ptr", "flag_ptr"], num_warps=4, num_stages=6))
     consts.update(TMA=False, B_COL=False, EVEN_K=False, BLOCK_M=64)
     out["streamk_pointer"] = ops(compile_ptx(
         sk, {"a": "*bf16", "b": "*bf16", **base}, consts,
@@ -101,10 +107,11 @@ def streamk_shared(config: dict[str, Any], tma: bool = True) -> int:
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     base = {"c_ptr": "*bf16", "ws_ptr": "*fp32", "flag_ptr": "*i32",
             **dict.fromkeys(STREAMK_INTS, "i32")}
+    lockstep = cfg["ORDER"] == "lockstep"
     consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"],
-                  COLUMNS=cfg["ORDER"] == "columns", TMA=tma, A_COL=False, B_COL=False,
-                  EVEN_K=True, EVEN_MN=False, INPUT_PRECISION="tf32", SPIN=1 << 20,
-                  REVERSED=True)
+                  COLUMNS=cfg["ORDER"] == "columns", LOCKSTEP=lockstep, STACK=cfg["STACK"],
+                  TMA=tma, A_COL=False, B_COL=False, EVEN_K=True, EVEN_MN=False,
+                  INPUT_PRECISION="tf32", SPIN=1 << 20, FORWARD=lockstep)
     if tma:
         types = {"a": f"tensordesc<bf16[{bm}, {bk}]>", "b": f"tensordesc<bf16[{bk}, {bn}]>"}
         aligned = ["c_ptr", "ws_ptr", "flag_ptr"]

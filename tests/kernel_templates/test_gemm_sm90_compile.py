@@ -38,10 +38,16 @@ def compiled() -> dict[str, dict[str, int]]:
 
 
 def test_stream_k_compiles_to_tma_wgmma_and_the_flag_protocol(compiled) -> None:
-    tma = compiled["streamk_tma"]
-    assert any(k.startswith("cp.async.bulk.tensor") for k in tma)
-    assert any(k.startswith("wgmma.mma_async") for k in tma)
-    for case in ("streamk_tma", "streamk_pointer"):
+    for case in ("streamk_tma", "streamk_stacked"):
+        assert any(k.startswith("cp.async.bulk.tensor") for k in compiled[case])
+        assert any(k.startswith("wgmma.mma_async") for k in compiled[case])
+    # a stacked tile issues one B load and three A loads per K step, and three products
+    stacked = compiled["streamk_stacked"]
+    loads = sum(v for k, v in stacked.items() if k.startswith("cp.async.bulk.tensor"))
+    assert loads >= 4 and loads % 4 == 0
+    products = sum(v for k, v in stacked.items() if k.startswith("wgmma.mma_async"))
+    assert products >= 3 and products % 3 == 0
+    for case in ("streamk_tma", "streamk_pointer", "streamk_stacked"):
         got = compiled[case]
         assert got.get("atom.global.gpu.release.exch.b32")  # a contributor raises its flag
         assert got.get("ld.global.gpu.acquire.b32")  # an owner polls it
