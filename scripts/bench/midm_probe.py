@@ -1,12 +1,13 @@
 """Probe (issue 18): the stream-K template's stacked m-tiles (``STACK``) and lockstep order on
 mid-m shapes (192x6144x6144 and others with m of 128-256), on chosen grids.
 
-    OUT=DIR python -m scripts.bench.midm_probe [pass1|carry]
+    OUT=DIR python -m scripts.bench.midm_probe [pass1|carry|deep]
 
 ``pass1``: 192x6144x6144, 64x64 and 64x128 stacked tiles, 4/8 warps, 4-6 stages, on one
 program per tile (data parallel), on all SMs and on all but four, in rows and lockstep
-order. ``carry``: the 64x64 stacked tiles on 128x8192x8192, 256x4096x8192, 192x4096x12288
-and 192x8192x4096.
+order. ``deep``: 32-deep K steps 6-12 stages deep, data parallel and lockstep on all SMs but
+four, on 192x6144x6144 and 192x4096x12288. ``carry``: the 64x64 stacked tiles on
+128x8192x8192, 256x4096x8192, 192x4096x12288 and 192x8192x4096.
 
 Every variant is checked against float64 on two fresh input sets into NaN-poisoned outputs and
 10 repeats for bitwise equality, then timed once (EventBench: L2 read flush, two rotated input
@@ -44,6 +45,12 @@ def _variants(m: int, n: int, sms: int, which: str) -> list[tuple[dict, int]]:
     """(stream-K config, programs) pairs."""
     stack = triton.cdiv(m, 64)
     out = []
+    if which == "deep":  # 32-deep K steps, more of them in flight; the 64-deep seed beside
+        for bk, s in ((64, 6), (32, 6), (32, 8), (32, 10), (32, 12)):
+            cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=bk, GROUP_M=1, num_warps=4,
+                       num_stages=s, STACK=stack, LOADS="tma", ORDER="rows")
+            out += [(cfg, triton.cdiv(n, 64)), ({**cfg, "ORDER": "lockstep"}, sms - 4)]
+        return out
     tiles = (64, 128) if which == "pass1" else (64,)
     for bn, w, s in itertools.product(tiles, (4, 8), (4, 5, 6)):
         if (s * (stack * 64 + bn) * 64 * 2 > 220 * 1024 or (bn == 64 and w == 8)
@@ -94,13 +101,15 @@ def main() -> None:
     os.makedirs(OUT, exist_ok=True)
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
     which = sys.argv[1] if len(sys.argv) > 1 else "pass1"
-    if which not in ("pass1", "carry"):
-        raise SystemExit(f"usage: midm_probe [pass1|carry], got {which!r}")
-    shapes = [(192, 6144, 6144)] if which == "pass1" else [
-        (128, 8192, 8192), (256, 4096, 8192), (192, 4096, 12288), (192, 8192, 4096)]
+    if which not in ("pass1", "carry", "deep"):
+        raise SystemExit(f"usage: midm_probe [pass1|carry|deep], got {which!r}")
+    shapes = {"pass1": [(192, 6144, 6144)],
+              "deep": [(192, 6144, 6144), (192, 4096, 12288)],
+              "carry": [(128, 8192, 8192), (256, 4096, 8192), (192, 4096, 12288),
+                        (192, 8192, 4096)]}[which]
     bench = EventBench(max_reps=300, target_ms=20.0, warmup_ms=10.0)
     for m, n, k in shapes:
-        probe_shape(m, n, k, bench, which)
+        probe_shape(m, n, k, bench, which, top=10 if which == "deep" else 6)
 
 
 if __name__ == "__main__":
