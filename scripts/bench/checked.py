@@ -69,9 +69,10 @@ def checked_makers(makers: dict[str, Callable[[Any], Callable[[], Any]]], sets: 
 
 def interleaved(calls: dict[str, list[Callable[[], Any]]],
                 bench: Callable[[Sequence[Callable[[], Any]]], Any], shape: str,
-                rows: list[dict[str, Any]], rounds: int = 7) -> None:
+                rows: list[dict[str, Any]], rounds: int = 7, prefix: str = "") -> None:
     """``rounds`` rounds, each timing every name once (``bench``'s median); a row per name
-    with the median of the rounds and their range goes to ``rows``."""
+    (``prefix`` + name) with the median of the rounds, their range and the rounds themselves
+    goes to ``rows``."""
     per: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(rounds):
         for name, fns in calls.items():
@@ -79,5 +80,6 @@ def interleaved(calls: dict[str, list[Callable[[], Any]]],
     for name, us in per.items():
         s = sorted(us)
         mid = s[len(s) // 2]
-        rows.append({"shape": shape, "name": name, "us": mid, "min_us": s[0], "max_us": s[-1]})
-        print(f"{shape:>16} {mid:8.2f} ({s[0]:.2f}-{s[-1]:.2f}) {name}", flush=True)
+        rows.append({"shape": shape, "name": prefix + name, "us": mid, "min_us": s[0],
+                     "max_us": s[-1], "rounds": us})
+        print(f"{shape:>16} {mid:8.2f} ({s[0]:.2f}-{s[-1]:.2f}) {prefix}{name}", flush=True)

@@ -28,6 +28,7 @@ from kernel_templates.gemm import repair, skinny
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_for, rel_error
 from kernel_templates.gemm.triton import matmul as tiled
+from scripts.bench.checked import interleaved
 from search.kinds.gemm import repair_space, skinny_space
 from search.kinds.gemm.alignment import RepairPlan
 from search.kinds.gemm.spec import GemmProblem
@@ -330,21 +331,6 @@ def _flagged(cfg: dict, growing: bool, pairs: bool):
     return make
 
 
-def _interleave(sh: str, calls: dict, rounds: int) -> None:
-    """One median per variant per round, every variant in each round; a row per variant with
-    the median of its rounds and their range."""
-    per: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, fns in calls.items():
-            per[name].append(BENCH(fns).median_us)
-    for name, us in per.items():
-        us_sorted = sorted(us)
-        row = {"shape": sh, "name": "interleaved " + name, "us": us_sorted[len(us) // 2],
-               "min_us": us_sorted[0], "max_us": us_sorted[-1], "rounds": us}
-        ROWS.append(row)
-        print(json.dumps(row), flush=True)
-
-
 def long_k6(rounds: int = 7) -> None:
     """The barrier without its departure step (an only-growing arrival count) and the tagged
     mode with paired 16-byte stores, each beside the mode it replaces, interleaved round by
@@ -393,7 +379,7 @@ def long_k6(rounds: int = 7) -> None:
                     traceback.print_exc(limit=2)
                 ROWS.append(row)
                 print(json.dumps(row), flush=True)
-        _interleave(sh, calls, rounds)
+        interleaved(calls, BENCH, sh, ROWS, rounds, prefix="interleaved ")
 
 
 def long_k8(rounds: int = 7, finalists: int = 6) -> None:
@@ -420,7 +406,7 @@ def long_k8(rounds: int = 7, finalists: int = 6) -> None:
             calls[json.dumps(cfg)] = [
                 (lambda st=st, cfg=cfg: skinny.matmul_skinny(st.a, st.b, cfg, out=st.out))
                 for st in sets]
-        _interleave(sh, calls, rounds)
+        interleaved(calls, BENCH, sh, ROWS, rounds, prefix="interleaved ")
 
 
 def read_ceiling_mid() -> None:

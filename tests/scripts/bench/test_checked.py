@@ -1,0 +1,30 @@
+"""The probes' shared timing rounds (scripts/bench/checked.py ``interleaved``), with a fake
+bench: every name is timed once per round, in turn, and its row carries the median of its
+rounds, their range and the rounds themselves."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from scripts.bench.checked import interleaved
+
+
+def test_rounds_interleave_the_names_and_rows_carry_the_median_and_range() -> None:
+    seen: list[str] = []
+    times = {"a": iter([5.0, 1.0, 3.0]), "b": iter([2.0, 2.5, 9.0])}
+
+    def bench(fns):
+        name = fns[0]()  # each fake call returns its name
+        seen.append(name)
+        return SimpleNamespace(median_us=next(times[name]))
+
+    calls = {"a": [lambda: "a"], "b": [lambda: "b"]}
+    rows: list[dict] = []
+    interleaved(calls, bench, "8x8x8", rows, rounds=3, prefix="interleaved ")
+    assert seen == ["a", "b", "a", "b", "a", "b"]  # round by round, not name by name
+    assert rows == [
+        {"shape": "8x8x8", "name": "interleaved a", "us": 3.0, "min_us": 1.0, "max_us": 5.0,
+         "rounds": [5.0, 1.0, 3.0]},
+        {"shape": "8x8x8", "name": "interleaved b", "us": 2.5, "min_us": 2.0, "max_us": 9.0,
+         "rounds": [2.0, 2.5, 9.0]},
+    ]
