@@ -187,15 +187,15 @@ def seeds(problem: GemmProblem, orders: tuple[str, ...] = ORDERS) -> list[dict[s
         ]
     legal = {c.name: c.values for c in space(problem, orders)}
     legal.setdefault("ORDER", orders)  # one order: not a dimension
-    extra = [(1, 0)] * len(rows)
+    # each row with its STACK and IDLE_SMS
+    stacked: list[tuple[tuple[Any, ...], int, int]] = [(row, 1, 0) for row in rows]
     if ("lockstep" in orders and STACK_M[0] <= problem.m <= STACK_M[1]
             and stackable(problem)):
         stack = math.ceil(problem.m / 64)
         deep = (6, 5) if stack <= 3 else (5, 4)  # within an H100's 227 KiB of shared memory
-        rows = [(64, 64, 64, 1, 4, d, 1, "lockstep") for d in deep] + rows
-        extra = [(stack, 4)] * len(deep) + extra
+        stacked = [((64, 64, 64, 1, 4, d, 1, "lockstep"), stack, 4) for d in deep] + stacked
     out: list[dict[str, Any]] = []
-    for row, (stack, idle) in zip(rows, extra, strict=True):
+    for row, stack, idle in stacked:
         if row[-1] not in legal["ORDER"]:
             continue
         # a value the space lacks (a tile over a small problem) becomes the nearest below it
