@@ -236,9 +236,12 @@ def _streamk_kernel(
             offs_am = offs_m % M
             offs_bn = offs_n % N
         acc0 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc1 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc3 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if STACK > 1:
+            acc1 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if STACK > 2:
+            acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if STACK > 3:
+            acc3 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kk in range(k0, k1):
             a_t, b_t = _ab_tiles(a, b, off_m, off_n, offs_am, offs_bn, kk * BLOCK_K, K,
                                  stride_am, stride_ak, stride_bk, stride_bn,
