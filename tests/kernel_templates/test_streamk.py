@@ -158,6 +158,26 @@ def test_stacked_tiles_partition_by_their_whole_height() -> None:
     assert partition(96, 64, 256, check_streamk_config(cfg(STACK=3)), 5).q == 2 * 16 // 5
 
 
+@pytest.mark.parametrize(("idle", "grid", "programs"), [(0, 1, 8), (4, 1, 4), (4, 2, 8)])
+def test_idle_sms_shrink_the_default_grid(idle: int, grid: int, programs: int, device: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # on 8 SMs: (SMs - IDLE_SMS) x GRID programs, and the product is still right
+    seen: list[int] = []
+    real = streamk.partition
+
+    def spy(m, n, k, config, count):
+        seen.append(count)
+        return real(m, n, k, config, count)
+
+    monkeypatch.setattr(streamk, "sm_count", lambda _device: 8)
+    monkeypatch.setattr(streamk, "partition", spy)
+    p = GemmProblem(64, 64, 256, dtype="fp16")
+    inp = make_inputs(p, device, 0)
+    matmul_streamk(inp.a, inp.b, cfg(IDLE_SMS=idle, GRID=grid), out=inp.out)
+    assert seen == [programs]
+    assert rel_error(inp.out, reference_for(inp)) <= tolerance(p)
+
+
 def test_lockstep_finishers_that_wait_in_vain_write_nan(
         device: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if torch.cuda.is_available():
