@@ -1,0 +1,265 @@
+"""Probe (issue 18): the mid-m product computed as ``C^T = B^T A^T`` in Triton, one program per
+64 columns of C, all of ``m`` in one program as two or three power-of-two parts.
+
+    OUT=DIR python -m scripts.bench.swapped_probe
+
+The stacked stream-K tiles (``STACK``) run ``m`` as 64-row wgmma tiles: each 16-deep K step
+reads the B tile from shared memory once per stacked tile. Swapped, the B tile (transposed in
+shared memory) is the wgmma's A operand, read once per part, and ``m`` is its N extent (64x128
+and 64x64 wgmma tiles for m = 192), as cuBLAS's 64x192 tile does. Each variant is checked
+against float64 on two fresh input sets into NaN-poisoned outputs and 10 repeats for bitwise
+equality, timed once (EventBench), and the fastest re-timed in 7 interleaved rounds beside
+cuBLAS and the stacked tiles on one program per tile. Rows go to DIR/swapped.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from kernel_templates.gemm import streamk
+from kernel_templates.gemm.inputs import make_inputs
+from kernel_templates.gemm.reference import reference_for
+from kernel_templates.gemm.streamk import _range_of, _wait_flag
+from scripts.bench.checked import checked_makers, interleaved
+from search.kinds.gemm.spec import GemmProblem
+from workers.bench import EventBench
+
+OUT = os.environ.get("OUT", "/tmp/swapped")
+ROWS: list[dict] = []
+
+
+@triton.jit
+def _part(b_t, a_desc, row: tl.constexpr, k, acc):
+    return tl.dot(b_t, tl.trans(a_desc.load([row, k])), acc)
+
+
+@triton.jit
+def swapped_kernel(a0, a1, a2, b_desc, c0, c1, c2, K,
+                   BN: tl.constexpr, BK: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr,
+                   P2: tl.constexpr, STAGES: tl.constexpr):
+    """Program p: ``C[:, 64p:64p+BN]^T`` over all of K; parts of P0, P1, P2 rows of A (P1, P2
+    may be 0)."""
+    n0 = tl.program_id(0) * BN
+    acc0 = tl.zeros((BN, P0), tl.float32)
+    if P1 > 0:
+        acc1 = tl.zeros((BN, P1), tl.float32)
+    if P2 > 0:
+        acc2 = tl.zeros((BN, P2), tl.float32)
+    for k in tl.range(0, K, BK, num_stages=STAGES):
+        b_t = tl.trans(b_desc.load([k, n0]))
+        acc0 = _part(b_t, a0, 0, k, acc0)
+        if P1 > 0:
+            acc1 = _part(b_t, a1, P0, k, acc1)
+        if P2 > 0:
+            acc2 = _part(b_t, a2, P0 + P1, k, acc2)
+    c0.store([0, n0], tl.trans(acc0).to(c0.dtype))
+    if P1 > 0:
+        c1.store([P0, n0], tl.trans(acc1).to(c1.dtype))
+    if P2 > 0:
+        c2.store([P0 + P1, n0], tl.trans(acc2).to(c2.dtype))
+
+
+@triton.jit
+def _publish(ws, acc, OFF: tl.constexpr, P: tl.constexpr, BN: tl.constexpr):
+    tl.store(ws + OFF + tl.arange(0, BN)[:, None] * P + tl.arange(0, P)[None, :], acc)
+
+
+@triton.jit
+def _gather(ws, acc, OFF: tl.constexpr, P: tl.constexpr, BN: tl.constexpr):
+    return acc + tl.load(ws + OFF + tl.arange(0, BN)[:, None] * P + tl.arange(0, P)[None, :],
+                         cache_modifier=".cg")
+
+
+@triton.jit(do_not_specialize=["EPOCH"])
+def swapped_sk_kernel(a0, a1, a2, b_desc, c0, c1, c2, ws_ptr, flag_ptr, EPOCH, K,
+                      ITERS_PER_TILE, Q, E,
+                      BN: tl.constexpr, BK: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr,
+                      P2: tl.constexpr, SPIN: tl.constexpr):
+    """Lockstep stream-K over the swapped tiles (ranges of Q or Q + 1 iterations, program p
+    takes range p, walks its segments last first; the segment ending a tile adds the earlier
+    ranges' partials in range order)."""
+    SLOT: tl.constexpr = BN * (P0 + P1 + P2)
+    v = tl.program_id(0)
+    start = v * Q + tl.minimum(v, E)
+    end = start + Q + (v < E).to(tl.int32)
+    first_seg = start // ITERS_PER_TILE
+    last_seg = (end - 1) // ITERS_PER_TILE
+    for i in range(0, last_seg - first_seg + 1):
+        seg = last_seg - i
+        tile_it0 = seg * ITERS_PER_TILE
+        k0 = tl.maximum(start - tile_it0, 0)
+        k1 = tl.minimum(end - tile_it0, ITERS_PER_TILE)
+        n0 = seg * BN
+        acc0 = tl.zeros((BN, P0), tl.float32)
+        if P1 > 0:
+            acc1 = tl.zeros((BN, P1), tl.float32)
+        if P2 > 0:
+            acc2 = tl.zeros((BN, P2), tl.float32)
+        for kk in range(k0, k1):
+            k = kk * BK
+            b_t = tl.trans(b_desc.load([k, n0]))
+            acc0 = _part(b_t, a0, 0, k, acc0)
+            if P1 > 0:
+                acc1 = _part(b_t, a1, P0, k, acc1)
+            if P2 > 0:
+                acc2 = _part(b_t, a2, P0 + P1, k, acc2)
+        if k1 < ITERS_PER_TILE:
+            base = ws_ptr + v * SLOT
+            _publish(base, acc0, 0, P0, BN)
+            if P1 > 0:
+                _publish(base, acc1, BN * P0, P1, BN)
+            if P2 > 0:
+                _publish(base, acc2, BN * (P0 + P1), P2, BN)
+            tl.debug_barrier()
+            tl.atomic_xchg(flag_ptr + v, EPOCH, sem="release", scope="gpu")
+        else:
+            failed = 0
+            if k1 - k0 < ITERS_PER_TILE:
+                for q in range(_range_of(tile_it0, Q, E), v):
+                    failed += (~_wait_flag(flag_ptr + q, EPOCH, SPIN)).to(tl.int32)
+                    base = ws_ptr + q * SLOT
+                    acc0 = _gather(base, acc0, 0, P0, BN)
+                    if P1 > 0:
+                        acc1 = _gather(base, acc1, BN * P0, P1, BN)
+                    if P2 > 0:
+                        acc2 = _gather(base, acc2, BN * (P0 + P1), P2, BN)
+            ok = failed == 0
+            c0.store([0, n0], tl.trans(tl.where(ok, acc0, float("nan"))).to(c0.dtype))
+            if P1 > 0:
+                c1.store([P0, n0], tl.trans(tl.where(ok, acc1, float("nan"))).to(c1.dtype))
+            if P2 > 0:
+                c2.store([P0 + P1, n0],
+                         tl.trans(tl.where(ok, acc2, float("nan"))).to(c2.dtype))
+
+
+def parts_of(m: int, widest: int = 256) -> tuple[int, ...]:
+    """``m`` rounded up to 16 as powers of two, widest first (192 -> (128, 64))."""
+    left, out = triton.cdiv(m, 16) * 16, []
+    while left:
+        p = min(widest, 1 << (left.bit_length() - 1))
+        out.append(p)
+        left -= p
+    if len(out) > 3:
+        raise ValueError(f"m={m} needs {len(out)} parts; the probe kernel has three")
+    return tuple(out)
+
+
+def swapped(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bn: int, bk: int, stages: int,
+            warps: int, parts: tuple[int, ...]):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    m, k = a.shape
+    n = b.shape[1]
+    ps = tuple(parts) + (0,) * (3 - len(parts))
+    a_d = [TensorDescriptor.from_tensor(a, [p or 16, bk]) for p in ps]
+    c_d = [TensorDescriptor.from_tensor(out, [p or 16, bn]) for p in ps]
+    b_d = TensorDescriptor.from_tensor(b, [bk, bn])
+    grid = (triton.cdiv(n, bn),)
+
+    def call():
+        swapped_kernel[grid](*a_d, b_d, *c_d, k, BN=bn, BK=bk, P0=ps[0], P1=ps[1], P2=ps[2],
+                             STAGES=stages, num_warps=warps, num_stages=stages)
+        return out
+
+    return call
+
+
+def swapped_sk(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bn: int, bk: int,
+               stages: int, warps: int, parts: tuple[int, ...], programs: int):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    m, k = a.shape
+    n = b.shape[1]
+    ps = tuple(parts) + (0,) * (3 - len(parts))
+    a_d = [TensorDescriptor.from_tensor(a, [p or 16, bk]) for p in ps]
+    c_d = [TensorDescriptor.from_tensor(out, [p or 16, bn]) for p in ps]
+    b_d = TensorDescriptor.from_tensor(b, [bk, bn])
+    per_tile = triton.cdiv(k, bk)
+    total = triton.cdiv(n, bn) * per_tile
+    g = min(programs, total)
+    q, e = divmod(total, g)
+    ws = torch.empty(g * bn * sum(parts), dtype=torch.float32, device=a.device)
+    flags = torch.zeros(g, dtype=torch.int32, device=a.device)
+    epoch = [0]
+
+    def call():
+        epoch[0] += 1
+        swapped_sk_kernel[(g,)](*a_d, b_d, *c_d, ws, flags, epoch[0], k, per_tile, q, e,
+                                BN=bn, BK=bk, P0=ps[0], P1=ps[1], P2=ps[2],
+                                SPIN=streamk.SPIN_LIMIT, num_warps=warps, num_stages=stages)
+        return out
+
+    return call
+
+
+def probe_shape(m: int, n: int, k: int, bench: EventBench, top: int = 6) -> None:
+    p = GemmProblem(m, n, k)
+    sh = f"{m}x{n}x{k}"
+    sets = [make_inputs(p, "cuda", seed=1300 + i) for i in range(2)]
+    refs = [reference_for(st) for st in sets]
+    variants = {}
+    options = set()
+    for widest in (256, 128):
+        try:
+            options.add(parts_of(m, widest))
+        except ValueError:
+            pass
+    tiles = triton.cdiv(n, 64)
+    for parts in sorted(options):
+        rows = sum(parts)
+        if rows > 256:
+            continue
+        for stages in (5, 6, 7):
+            if stages * (rows + 64) * 64 * 2 > 224 * 1024:
+                continue
+            name = f"swapped {'+'.join(map(str, parts))} w4 s{stages} DP"
+            variants[name] = (lambda st, parts=parts, s=stages:
+                              swapped(st.a, st.b, st.out, 64, 64, s, 4, parts))
+            if stages == 7:
+                continue
+            for g in (120, 128, 132):
+                if g <= tiles:
+                    continue
+                name = f"swapped {'+'.join(map(str, parts))} w4 s{stages} lockstep G{g}"
+                variants[name] = (lambda st, parts=parts, s=stages, g=g:
+                                  swapped_sk(st.a, st.b, st.out, 64, 64, s, 4, parts, g))
+    calls = checked_makers(variants, sets, refs, 10, sh, ROWS)
+    pass1 = sorted((bench(fns).median_us, name) for name, fns in calls.items())
+    for us, name in pass1:
+        ROWS.append({"shape": sh, "name": name, "us": us, "pass": 1})
+        print(f"{sh:>16} {us:8.2f} pass 1 {name}", flush=True)
+    stack = triton.cdiv(m, 64)
+    makers = {"cublas": lambda st: (lambda: torch.matmul(st.a, st.b, out=st.out))}
+    if stack <= 4:
+        s = 6 if stack < 4 else 5
+        cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=s,
+                   STACK=stack, LOADS="tma", ORDER="rows")
+        for name, c, g in ((f"stacked {stack}x64x64x64 w4 s{s} DP", cfg, triton.cdiv(n, 64)),
+                           (f"stacked {stack}x64x64x64 w4 s{s} lockstep G128",
+                            {**cfg, "ORDER": "lockstep", "IDLE_SMS": 4}, None)):
+            makers[name] = (lambda st, c=c, g=g: (lambda: streamk.matmul_streamk(
+                st.a, st.b, c, out=st.out, programs=g)))
+    makers.update({name: variants[name] for _, name in pass1[:top]})
+    interleaved(checked_makers(makers, sets, refs, 10, sh, ROWS), bench, sh, ROWS)
+
+
+def main() -> None:
+    os.makedirs(OUT, exist_ok=True)
+    print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
+    bench = EventBench(max_reps=300, target_ms=20.0, warmup_ms=10.0)
+    for m, n, k in ((192, 6144, 6144), (192, 4096, 12288), (256, 4096, 8192),
+                    (128, 8192, 8192), (160, 6144, 6144)):
+        probe_shape(m, n, k, bench, top=8)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        with open(os.path.join(OUT, "swapped.json"), "w") as f:
+            json.dump(ROWS, f, indent=1)
