@@ -1,7 +1,7 @@
 """Probe (issue 18): the mid-m product computed as ``C^T = B^T A^T`` in Triton, one program per
 64 columns of C, all of ``m`` in one program as two or three power-of-two parts.
 
-    OUT=DIR python -m scripts.bench.swapped_probe
+    OUT=DIR python -m scripts.bench.swapped_probe [pass1|wide]
 
 The stacked stream-K tiles (``STACK``) run ``m`` as 64-row wgmma tiles: each 16-deep K step
 reads the B tile from shared memory once per stacked tile. Swapped, the B tile (transposed in
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import torch
 import triton
@@ -197,11 +198,32 @@ def swapped_sk(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bn: int, bk:
     return call
 
 
-def probe_shape(m: int, n: int, k: int, bench: EventBench, top: int = 6) -> None:
+def _wide_variants(m: int, n: int) -> dict:
+    """``wide``: 128-column swapped tiles (8 warps, one wgmma M block each) on 96, 128 and
+    132 programs (lockstep; on 96 programs each takes half a tile of 192x6144x6144), and
+    128-deep K steps three stages deep on one program per 64 columns."""
+    parts = parts_of(m)
+    label = "+".join(map(str, parts))
+    out = {f"swapped {label} BK128 w4 s3 DP": (
+        lambda st: swapped(st.a, st.b, st.out, 64, 128, 3, 4, parts))}
+    for g in (96, 128, 132):
+        for s in (3, 4):
+            out[f"swapped {label} BN128 w8 s{s} lockstep G{g}"] = (
+                lambda st, g=g, s=s: swapped_sk(st.a, st.b, st.out, 128, 64, s, 8, parts, g))
+    out[f"swapped {label} w4 s7 DP"] = (
+        lambda st: swapped(st.a, st.b, st.out, 64, 64, 7, 4, parts))
+    return out
+
+
+def probe_shape(m: int, n: int, k: int, bench: EventBench, top: int = 6,
+                which: str = "pass1") -> None:
     p = GemmProblem(m, n, k)
     sh = f"{m}x{n}x{k}"
     sets = [make_inputs(p, "cuda", seed=1300 + i) for i in range(2)]
     refs = [reference_for(st) for st in sets]
+    if which == "wide":
+        _probe(sh, sets, refs, _wide_variants(m, n), m, n, bench, top)
+        return
     variants = {}
     options = set()
     for widest in (256, 128):
@@ -228,6 +250,11 @@ def probe_shape(m: int, n: int, k: int, bench: EventBench, top: int = 6) -> None
                 name = f"swapped {'+'.join(map(str, parts))} w4 s{stages} lockstep G{g}"
                 variants[name] = (lambda st, parts=parts, s=stages, g=g:
                                   swapped_sk(st.a, st.b, st.out, 64, 64, s, 4, parts, g))
+    _probe(sh, sets, refs, variants, m, n, bench, top)
+
+
+def _probe(sh: str, sets: list, refs: list, variants: dict, m: int, n: int, bench: EventBench,
+           top: int) -> None:
     calls = checked_makers(variants, sets, refs, 10, sh, ROWS)
     pass1 = sorted((bench(fns).median_us, name) for name, fns in calls.items())
     for us, name in pass1:
@@ -251,10 +278,15 @@ def probe_shape(m: int, n: int, k: int, bench: EventBench, top: int = 6) -> None
 def main() -> None:
     os.makedirs(OUT, exist_ok=True)
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
+    which = sys.argv[1] if len(sys.argv) > 1 else "pass1"
+    if which not in ("pass1", "wide"):
+        raise SystemExit(f"usage: swapped_probe [pass1|wide], got {which!r}")
     bench = EventBench(max_reps=300, target_ms=20.0, warmup_ms=10.0)
-    for m, n, k in ((192, 6144, 6144), (192, 4096, 12288), (256, 4096, 8192),
-                    (128, 8192, 8192), (160, 6144, 6144)):
-        probe_shape(m, n, k, bench, top=8)
+    shapes = {"pass1": ((192, 6144, 6144), (192, 4096, 12288), (256, 4096, 8192),
+                        (128, 8192, 8192), (160, 6144, 6144)),
+              "wide": ((192, 6144, 6144), (160, 6144, 6144), (192, 4096, 12288))}[which]
+    for m, n, k in shapes:
+        probe_shape(m, n, k, bench, top=8, which=which)
 
 
 if __name__ == "__main__":
