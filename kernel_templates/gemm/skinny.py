@@ -81,6 +81,10 @@ Configuration (``check_skinny_config``)::
     MODE  "barrier" | "atomic" | "two_launch" | "tagged"       (default "barrier")
     TMA   1: TMA loads where they apply (sm90+, bf16/fp16, 16-byte aligned, not MODE "atomic");
           0: pointer loads (the faster on the H100 for these shapes)
+    SWAP  1: the K loop computes C^T = B^T A^T (TMA loads only, else ``Unsupported``): the B
+          tile, transposed in shared memory, is the dot's left operand, so a tile of fewer
+          than 64 rows (``BLOCK_M`` 32 on 32x512x98304) runs on Hopper's wgmma (M of 64 on
+          ``BLOCK_N``) instead of mma.sync; default 0
 """
 
 from __future__ import annotations
@@ -109,7 +113,7 @@ from kernel_templates.gemm.triton import tma_tiles
 __all__ = ["CONFIG_KEYS", "DTYPES", "MODES", "check_skinny_config", "matmul_skinny"]
 
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
-OPTIONAL_KEYS = {"MODE": "barrier", "TMA": 1}
+OPTIONAL_KEYS = {"MODE": "barrier", "TMA": 1, "SWAP": 0}
 MODES = ("barrier", "atomic", "two_launch", "tagged")
 _MODE_ID = {"two_launch": 0, "barrier": 1, "atomic": 2, "tagged": 3}
 #: The modes whose programs wait for each other within the launch (all resident at once).
@@ -207,6 +211,7 @@ def _skinny_tma_kernel(
     CHUNK: tl.constexpr, SHARE: tl.constexpr, SHARE_BLOCK: tl.constexpr,
     FENCE: tl.constexpr, BARRIER_FENCE: tl.constexpr, K_BLOCK: tl.constexpr,
     GROWING: tl.constexpr, PAIRS: tl.constexpr, A_COL: tl.constexpr, B_COL: tl.constexpr,
+    SWAP: tl.constexpr,
 ):  # fmt: skip
     # Same work as _skinny_kernel, tiles through the TMA engine (out-of-bounds reads are zeros;
     # a K slice past the end of K reads only zeros).
@@ -217,10 +222,21 @@ def _skinny_tma_kernel(
     off_m = (tile // TILES_N) * BLOCK_M
     off_n = (tile % TILES_N) * BLOCK_N
     k_start = pid_k * K_PER_SPLIT
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kk in tl.range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K)):
-        a, b = tma_tiles(a_desc, b_desc, off_m, off_n, k_start + kk * BLOCK_K, A_COL, B_COL)
-        acc = tl.dot(a, b, acc)
+    if SWAP:
+        # C^T = B^T A^T: the B tile is the dot's left operand (wgmma's M of 64 on n), so a
+        # tile of fewer than 64 rows still runs on wgmma
+        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        for kk in tl.range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K)):
+            a, b = tma_tiles(a_desc, b_desc, off_m, off_n, k_start + kk * BLOCK_K, A_COL,
+                             B_COL)
+            acc_t = tl.dot(tl.trans(b), tl.trans(a), acc_t)
+        acc = tl.trans(acc_t)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for kk in tl.range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K)):
+            a, b = tma_tiles(a_desc, b_desc, off_m, off_n, k_start + kk * BLOCK_K, A_COL,
+                             B_COL)
+            acc = tl.dot(a, b, acc)
     finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
            BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK, SHARE, SHARE_BLOCK,
            FENCE, BARRIER_FENCE, EPOCH, K_BLOCK, GROWING, PAIRS)
@@ -284,6 +300,12 @@ def check_skinny_config(config: dict[str, Any]) -> dict[str, Any]:
     if tma not in (0, 1):
         raise InvalidConfig(f"TMA must be 0 or 1, got {tma}")
     cfg["TMA"] = tma
+    swap = int(config.get("SWAP", OPTIONAL_KEYS["SWAP"]))
+    if swap not in (0, 1):
+        raise InvalidConfig(f"SWAP must be 0 or 1, got {swap}")
+    if swap and not tma:
+        raise InvalidConfig("SWAP=1 runs on the TMA kernel only: it needs TMA=1")
+    cfg["SWAP"] = swap
     return cfg
 
 
@@ -361,6 +383,9 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         da, db = tma_describe(a, m, k, (bm, bk)), tma_describe(b, k, n, (bk, bn))
         if da is not None and db is not None:
             descs = (da, db)
+    if cfg["SWAP"] and descs is None:
+        raise Unsupported("SWAP=1 needs TMA loads: bf16/fp16 operands TMA can describe, on "
+                          "sm_90+, and a MODE other than 'atomic'")
     common = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split_k, TILES_N=tiles_n,
                   MODE=mode_id, SPIN=SPIN_LIMIT, CHUNK=chunk, SHARE=share,
                   SHARE_BLOCK=share_block, K_BLOCK=triton.next_power_of_2(split_k),
@@ -372,7 +397,7 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
         _skinny_tma_kernel[(grid,)](
             a_desc, b_desc, out, ws, cnt, epoch, m, n, k, k_per_split, out.stride(0),
             out.stride(1),
-            A_COL=a_col, B_COL=b_col, **common)
+            A_COL=a_col, B_COL=b_col, SWAP=bool(cfg["SWAP"]), **common)
     else:
         _skinny_kernel[(grid,)](
             a, b, out, ws, cnt, epoch, m, n, k, k_per_split,

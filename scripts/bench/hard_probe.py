@@ -3,14 +3,14 @@
 (read ceiling, modes, tiles, where its time goes), timed with the worker's ``EventBench`` (read
 flush, rotated input sets), each kernel checked against the float64 reference first.
 
-    OUT=DIR python -m scripts.bench.hard_probe [u] [s] [s2] [s3] [s4] [s5] [s6] [s8] [r]
+    OUT=DIR python -m scripts.bench.hard_probe [u] [s] [s2] [s3] [s4] [s5] [s6] [s8] [s9] [r]
 
 (no argument: ``u`` and ``s``). Writes ``$OUT/probe.json`` and prints a table. The numbers of
 docs/benchmarks/gemm_hard_h100_2026-11-25.md come from it, and ``s6`` (the barrier's two
 counting schemes and the tagged mode's two store widths, interleaved) those of
 docs/benchmarks/gemm_longk_h100_2026-11-27.md; ``s8`` (the split layout's grid on
 32x512x98304) the sweep in docs/benchmarks/gemm_even_deal_h100_2026-11-27.md, whose ``s7`` is
-in commit 454655b only."""
+in commit 454655b only; ``s9`` the swapped dot (``SWAP``) on 32x512x98304."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from kernel_templates.gemm import repair, skinny
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_for, rel_error
 from kernel_templates.gemm.triton import matmul as tiled
-from scripts.bench.checked import interleaved
+from scripts.bench.checked import checked_makers, interleaved
 from search.kinds.gemm import repair_space, skinny_space
 from search.kinds.gemm.alignment import RepairPlan
 from search.kinds.gemm.spec import GemmProblem
@@ -81,10 +81,12 @@ def _cfg(bm, bn, bk, sk, w, st, mode, tma) -> dict:
                 MODE=mode, TMA=tma)
 
 
+def _maker(cfg: dict):
+    return lambda s: (lambda: skinny.matmul_skinny(s.a, s.b, cfg, out=s.out))
+
+
 def _skinny(sh, name, sets, refs, cfg, check: bool = True) -> None:
-    record(sh, name, sets,
-           lambda s: (lambda: skinny.matmul_skinny(s.a, s.b, cfg, out=s.out)),
-           check=check, refs=refs)
+    record(sh, name, sets, _maker(cfg), check=check, refs=refs)
 
 
 def cublas_inner(a_in, b_in, c):
@@ -409,6 +411,35 @@ def long_k8(rounds: int = 7, finalists: int = 6) -> None:
         interleaved(calls, BENCH, sh, ROWS, rounds, prefix="interleaved ")
 
 
+def long_k9(rounds: int = 7, finalists: int = 6) -> None:
+    """The skinny TMA kernel computing C^T = B^T A^T (``SWAP``: the B tile is the
+    dot's left operand, so a 32-row tile runs on wgmma) on 32x512x98304: tiles, K steps and
+    depths timed once after a check, then the fastest interleaved round by round beside the
+    unswapped best two and cuBLAS."""
+    p = GemmProblem(32, 512, 98304)
+    sh, sets, refs = _shape(p, 1100)
+    makers = {}
+    for bn, sk in ((64, 16), (128, 33), (256, 66)):
+        for bk, st in ((64, 6), (64, 8), (128, 4), (128, 5), (256, 3)):
+            for w, mode in itertools.product((4, 8), ("barrier", "tagged")):
+                if (bn + 32) * bk * 2 * st > 220 * 1024 or (w == 8 and bn == 64):
+                    continue
+                cfg = {**_cfg(32, bn, bk, sk, w, st, mode, 1), "SWAP": 1}
+                makers["swapped " + json.dumps(cfg)] = _maker(cfg)
+    calls = checked_makers(makers, sets, refs, 10, sh, ROWS)
+    pass1 = sorted((BENCH(fns).median_us, name) for name, fns in calls.items())
+    for us, name in pass1:
+        ROWS.append({"shape": sh, "name": name, "us": us, "pass": 1})
+        print(f"{sh:>16} {us:8.2f} pass 1 {name}", flush=True)
+    final = {"cublas": _cublas}
+    for cfg in (_cfg(32, 64, 256, 16, 2, 3, "barrier", 1),
+                _cfg(32, 64, 128, 16, 2, 4, "tagged", 1)):
+        final["unswapped " + json.dumps(cfg)] = _maker(cfg)
+    final.update({name: makers[name] for _, name in pass1[:finalists]})
+    interleaved(checked_makers(final, sets, refs, 10, sh, ROWS), BENCH, sh, ROWS, rounds,
+                prefix="interleaved ")
+
+
 def read_ceiling_mid() -> None:
     """What reading the operands of the mid-m shapes alone takes (the floor under any kernel
     of them that reads A and B once), beside cuBLAS on the same shapes."""
@@ -443,6 +474,8 @@ if __name__ == "__main__":
             long_k6()
         if "s8" in ONLY:
             long_k8()
+        if "s9" in ONLY:
+            long_k9()
         if "r" in ONLY:
             read_ceiling_mid()
     finally:

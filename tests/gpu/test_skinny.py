@@ -23,9 +23,9 @@ TOL = 1e-2  # bf16 (kernel_templates.gemm.reference.BASE_TOLERANCE)
 
 
 def sk(bm: int, bn: int, bk: int, split: int, w: int, s: int, mode: str = "barrier",
-       tma: int = 1) -> dict[str, Any]:
+       tma: int = 1, swap: int = 0) -> dict[str, Any]:
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=w, num_stages=s,
-                MODE=mode, TMA=tma)
+                MODE=mode, TMA=tma, SWAP=swap)
 
 
 def gm(bm: int, bn: int, bk: int, split: int, w: int, s: int) -> dict[str, int]:
@@ -51,6 +51,14 @@ CASES: list[tuple[tuple[int, int, int], str, dict[str, Any]]] = [
         sk(64, 64, 128, 128, 4, 4), sk(64, 32, 128, 64, 4, 5), sk(32, 64, 128, 64, 4, 5, tma=0),
         sk(64, 64, 128, 128, 8, 3, tma=0), sk(64, 64, 128, 128, 4, 4, "atomic", tma=0),
         sk(64, 64, 128, 256, 4, 3, "atomic"), sk(64, 64, 128, 128, 4, 4, "two_launch", tma=0))),
+    # the swapped K loop (wgmma on the B tile): 16- and 32-row tiles, each reduction
+    *(((16, 4096, 4096), "skinny", c) for c in (
+        sk(16, 64, 128, 2, 4, 4, swap=1), sk(16, 128, 64, 4, 4, 5, "tagged", swap=1))),
+    *(((64, 64, 65536), "skinny", c) for c in (
+        sk(32, 64, 256, 64, 4, 3, swap=1), sk(32, 64, 128, 64, 4, 4, "tagged", swap=1),
+        sk(32, 64, 128, 64, 4, 4, "two_launch", swap=1))),
+    *(((32, 512, 98304), "skinny", c) for c in (
+        sk(32, 64, 256, 16, 4, 3, swap=1), sk(32, 64, 128, 16, 4, 4, "tagged", swap=1))),
 ]
 
 
@@ -85,11 +93,12 @@ def test_skinny_and_gemm_are_correct_and_repeatable(shape: tuple[int, int, int],
 
 
 @pytest.mark.parametrize("mode", ["tagged", "barrier"])
-def test_a_captured_graph_replays_right_on_new_inputs(mode: str) -> None:
-    # 32x512x98304's served tile; each replay on freshly copied inputs must give their product
+@pytest.mark.parametrize("swap", [0, 1])
+def test_a_captured_graph_replays_right_on_new_inputs(mode: str, swap: int) -> None:
+    # 32x512x98304's served tiles; each replay on freshly copied inputs must give their product
     # (a replayed epoch would let the tagged readers take the previous replay's partials)
     problem = GemmProblem(m=32, n=512, k=98304, dtype="bf16")
-    config = sk(32, 64, 128, 16, 2, 4, mode)
+    config = sk(32, 64, 128, 16, 4 if swap else 2, 4, mode, swap=swap)
     inp = make_inputs(problem, "cuda", 21)
     skinny.matmul_skinny(inp.a, inp.b, config, out=inp.out)  # compile outside the capture
     torch.cuda.synchronize()

@@ -48,10 +48,10 @@ def compile_ptx(fn: Any, types: dict[str, str], consts: dict[str, Any], aligned:
 
 
 def ops(ptx: str) -> dict[str, int]:
-    """How often each global load/store (volatile and relaxed ones too), atomic and TMA/wgmma
-    instruction appears."""
+    """How often each global load/store (volatile and relaxed ones too), atomic, TMA and
+    tensor-core (wgmma, mma.sync) instruction appears."""
     pattern = (r"\b(?:ld\.global|st\.global|ld\.volatile\.global|st\.relaxed|atom"
-               r"|cp\.async\.bulk\.tensor|wgmma\.mma_async)[.\w]*")
+               r"|cp\.async\.bulk\.tensor|wgmma\.mma_async|mma\.sync)[.\w]*")
     return dict(collections.Counter(re.findall(pattern, ptx)))
 
 
@@ -95,6 +95,11 @@ def cases() -> dict[str, dict[str, int]]:
         out[f"skinny_{mode}"] = ops(skinny_compiled(dict(
             BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, SPLIT_K=33, num_warps=4, num_stages=5,
             MODE=mode, TMA=0)).asm["ptx"])
+    # 32x512x98304's 32-row tile through TMA: as it is (mma.sync) and swapped (wgmma)
+    for swap in (0, 1):
+        out[f"skinny_tma_swap_{swap}"] = ops(skinny_tma_compiled(dict(
+            BLOCK_M=32, BLOCK_N=64, BLOCK_K=256, SPLIT_K=16, num_warps=4, num_stages=3,
+            MODE="barrier", TMA=1, SWAP=swap)).asm["ptx"])
     return out
 
 
@@ -156,8 +161,38 @@ def skinny_compiled(config: dict[str, Any]) -> Any:
                         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
+def skinny_tma_compiled(config: dict[str, Any]) -> Any:
+    """The skinny kernel's TMA path (``SWAP`` as ``config`` says) compiled under ``config`` for
+    bf16 row-major operands on sm_90."""
+    import triton
+
+    from kernel_templates.gemm import skinny
+
+    cfg = skinny.check_skinny_config(config)
+    bm, bn, bk, split = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
+    tagged = cfg["MODE"] == "tagged"
+    types = {"a_desc": f"tensordesc<bf16[{bm}, {bk}]>", "b_desc": f"tensordesc<bf16[{bk}, {bn}]>",
+             "c_ptr": "*bf16", "ws_ptr": "*i64" if tagged else "*fp32", "cnt_ptr": "*i64",
+             **dict.fromkeys(("EPOCH", "M", "N", "K", "K_PER_SPLIT", "stride_cm"), "i32")}
+    share = triton.cdiv(bm * bn, split)
+    block = triton.next_power_of_2(share)
+    chunk = 1 << (max(1, min(split, 4096 // block)).bit_length() - 1)
+    consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, TILES_N=4,
+                  MODE=skinny._MODE_ID[cfg["MODE"]], SPIN=1 << 20, CHUNK=chunk, SHARE=share,
+                  SHARE_BLOCK=block, K_BLOCK=triton.next_power_of_2(split), FENCE=True,
+                  BARRIER_FENCE=False, GROWING=skinny.GROWING_BARRIER,
+                  PAIRS=skinny.TAGGED_PAIRS, A_COL=False, B_COL=False,
+                  SWAP=bool(cfg["SWAP"]), stride_cn=1)
+    return compile_sm90(skinny._skinny_tma_kernel, types, consts,
+                        ["c_ptr", "ws_ptr", "cnt_ptr"], num_warps=cfg["num_warps"],
+                        num_stages=cfg["num_stages"])
+
+
 def skinny_shared(config: dict[str, Any]) -> int:
-    """Shared memory (bytes) of ``skinny_compiled(config)``."""
+    """Shared memory (bytes) of ``config``'s kernel: the TMA path where ``TMA`` is 1, else the
+    pointer path."""
+    if config.get("TMA", 1):
+        return skinny_tma_compiled(config).metadata.shared
     return skinny_compiled(config).metadata.shared
 
 

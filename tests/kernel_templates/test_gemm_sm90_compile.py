@@ -1,13 +1,13 @@
-"""The new GEMM kernels compile for sm_90 without a GPU (Triton's compiler and its bundled
-ptxas, in a process of its own: ``gemm_sm90_compile``), and the PTX has what they are for: stream-K
+"""The new GEMM kernels compile for sm_90 without a GPU (Triton's compiler and its bundled ptxas,
+in a process of its own: ``gemm_sm90_compile``), and the PTX has what they are for: stream-K
 issues TMA bulk-tensor loads and ``wgmma`` on its TMA path, waits with acquire loads and
 publishes with a release exchange; the skinny kernel's tagged reduction stores each partial
 value with its epoch in one relaxed 64-bit store (two adjacent ones in one 16-byte store) and
-polls without atomics, and its barrier arrives once with no departure; the repair's copy
-stores 16-byte vectors into the aligned scratch (given the alignment Triton's JIT marks on the
-arguments) while it reads an unaligned source element by element. This catches what the
-interpreter cannot: a construct Triton's compiler rejects (loop-carried types, constexpr
-branches). Nothing here runs a kernel."""
+polls without atomics, its barrier arrives once with no departure, and its swapped K loop runs a
+32-row tile on ``wgmma``; the repair's copy stores 16-byte vectors into the aligned scratch
+(given the alignment Triton's JIT marks on the arguments) while it reads an unaligned source
+element by element. This catches what the interpreter cannot: a construct Triton's compiler
+rejects (loop-carried types, constexpr branches). Nothing here runs a kernel."""
 
 from __future__ import annotations
 
@@ -73,6 +73,18 @@ def test_the_skinny_tagged_reduction_stores_tagged_words_and_waits_without_atomi
     # no departure (GROWING_BARRIER)
     assert barrier == {**barrier, "atom.global.gpu.acq_rel.add.u64": 1}
     assert sum(v for k, v in barrier.items() if k.startswith("atom")) == 1
+
+
+def test_the_swapped_skinny_tile_runs_on_wgmma(compiled) -> None:
+    # a 32-row tile: mma.sync as it is; swapped (C^T = B^T A^T), wgmma with the 64 columns as
+    # its M and the 32 rows as its N, and no mma.sync left
+    plain, swapped = compiled["skinny_tma_swap_0"], compiled["skinny_tma_swap_1"]
+    assert any(k.startswith("mma.sync") for k in plain)
+    assert not any(k.startswith("wgmma") for k in plain)
+    assert any(k.startswith("wgmma.mma_async.sync.aligned.m64n32k16") for k in swapped)
+    assert not any(k.startswith("mma.sync") for k in swapped)
+    for got in (plain, swapped):
+        assert any(k.startswith("cp.async.bulk.tensor") for k in got)
 
 
 def test_the_stream_k_and_skinny_seeds_of_the_hard_shapes_fit_sm90_shared_memory() -> None:

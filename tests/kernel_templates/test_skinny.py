@@ -188,7 +188,7 @@ def test_barrier_grid_guard(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("bad", [
     {"BLOCK_M": 24}, {"SPLIT_K": 0}, {"BLOCK_K": 8}, {"num_stages": 0}, {"MODE": "serial"},
-    {"TMA": 2}, {"GROUP_M": 8}, {"SPLIT_K": 1024},
+    {"TMA": 2}, {"GROUP_M": 8}, {"SPLIT_K": 1024}, {"SWAP": 2}, {"SWAP": 1, "TMA": 0},
 ])
 def test_invalid_configs(bad: dict) -> None:
     with pytest.raises(InvalidConfig):
@@ -199,7 +199,18 @@ def test_invalid_configs(bad: dict) -> None:
 
 def test_config_defaults() -> None:
     c = check_skinny_config({k: v for k, v in cfg(2).items() if k != "MODE"})
-    assert c["MODE"] == "barrier" and c["TMA"] == 1
+    assert c["MODE"] == "barrier" and c["TMA"] == 1 and c["SWAP"] == 0
+
+
+def test_swap_needs_tma() -> None:
+    with pytest.raises(InvalidConfig, match="SWAP=1 .* TMA=1"):
+        check_skinny_config(cfg(2, SWAP=1, TMA=0))
+    # the interpreter (CPU tensors) has no TMA path: a swapped config is refused, not run
+    # unswapped
+    a = torch.randn(32, 64, dtype=torch.float16)
+    b = torch.randn(64, 64, dtype=torch.float16)
+    with pytest.raises(Unsupported, match="SWAP=1 needs TMA loads"):
+        matmul_skinny(a, b, cfg(2, "two_launch", 32, 64, SWAP=1))
 
 
 def test_bad_inputs() -> None:
@@ -230,6 +241,10 @@ GPU_CASES = [
     ((48, 1000, 20000), cfg(4, "barrier", 16, 128, 64)),  # ragged M, N, K; grid 96
     ((48, 1000, 20000), cfg(4, "barrier", 16, 256, 64, TMA=0)),
     ((48, 1000, 20000), cfg(16, "atomic", 64, 64, 128)),
+    # swapped (wgmma on the B tile): ragged M and K, B in both layouts
+    ((48, 1000, 20000), cfg(4, "barrier", 16, 64, 128, TMA=1, SWAP=1)),
+    ((48, 1000, 20000), cfg(4, "tagged", 32, 128, 64, TMA=1, SWAP=1)),
+    ((48, 1000, 20000), cfg(4, "two_launch", 16, 64, 128, TMA=1, SWAP=1)),
 ]
 
 

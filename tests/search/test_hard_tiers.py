@@ -302,8 +302,10 @@ def test_skinny_seeds_fill_the_sms_with_enough_bytes_in_flight(index: int,
                                                                tile: tuple[int, int]) -> None:
     # 128x128x262144 and 32x512x98304: the first seed's grid is one full wave (4 tiles x 33),
     # under the barrier; every seed keeps at least 32 KB of operands in flight per SM
+    # (the unswapped seeds: the swapped ones lead only where a tile has 64 columns and fewer
+    # than 64 rows)
     p = shape(index)
-    seeds = skinny_space.seeds(p, 132)
+    seeds = [s for s in skinny_space.seeds(p, 132) if not s["SWAP"]]
     first = seeds[0]
     assert (first["BLOCK_M"], first["BLOCK_N"]) == tile and first["MODE"] == "barrier"
     assert 4 * first["SPLIT_K"] == 132
@@ -329,7 +331,7 @@ def test_skinny_seeds_try_tma_loads_first_then_their_pointer_twins(index: int) -
     # TMA loads first (the barrier and the tagged reduction of the two best tile shapes, and
     # BLOCK_K 256 three deep where the slices allow it), each followed later by the same
     # configuration with pointer loads; 2 warps for tiles of at most 2048 elements
-    seeds = skinny_space.seeds(shape(index), 132)
+    seeds = [s for s in skinny_space.seeds(shape(index), 132) if not s["SWAP"]]
     lead = [s for s in seeds[:6] if s["TMA"] == 1]
     assert seeds[0]["TMA"] == 1 and len(lead) >= 4
     assert {s["MODE"] for s in lead} == {"barrier", "tagged"}
@@ -339,7 +341,41 @@ def test_skinny_seeds_try_tma_loads_first_then_their_pointer_twins(index: int) -
             assert seeds.index({**s, "TMA": 0}) > seeds.index(s)
     if index == 4:  # 32x512x98304: the 32x64 tile, BLOCK_K 256 three deep, 2 warps
         assert dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=256, SPLIT_K=16, num_warps=2,
-                    num_stages=3, MODE="barrier", TMA=1) in lead
+                    num_stages=3, MODE="barrier", TMA=1, SWAP=0) in lead
+
+
+def test_skinny_seeds_lead_with_the_swapped_loop_on_32_row_tiles() -> None:
+    # 32x512x98304: the 32x64 tile's swapped twins (wgmma, 4 warps) lead, BLOCK_K 256 three
+    # deep, then 128 four deep; the unswapped 32x64 seeds stay
+    p = shape(4)
+    seeds = skinny_space.seeds(p, 132)
+    base = dict(BLOCK_M=32, BLOCK_N=64, SPLIT_K=16, num_warps=4, MODE="barrier", TMA=1,
+                SWAP=1)
+    assert seeds[:2] == [{**base, "BLOCK_K": 256, "num_stages": 3},
+                         {**base, "BLOCK_K": 128, "num_stages": 4}]
+    assert any(s["SWAP"] == 0 and (s["BLOCK_M"], s["BLOCK_N"]) == (32, 64) for s in seeds)
+    assert all(not skinny_space.violations(p, s, LIMITS) for s in seeds[:2])
+    assert dict((c.name, c.values) for c in skinny_space.space(p, 132))["SWAP"] == (0, 1)
+    # 128x128x262144: its best tiles (64x64, 32x128) get no swapped seed
+    assert not any(s["SWAP"] for s in skinny_space.seeds(shape(3), 132))
+
+
+def test_skinny_swap_rules_name_what_it_needs() -> None:
+    p = shape(4)
+    ok = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=256, SPLIT_K=16, num_warps=4, num_stages=3,
+              MODE="barrier", TMA=1, SWAP=1)
+    assert not skinny_space.violations(p, ok, LIMITS)
+    assert any("SWAP=1 needs TMA loads" in r
+               for r in skinny_space.violations(p, {**ok, "TMA": 0}, LIMITS))
+    assert any("BLOCK_N >= 64 and num_warps >= 4" in r
+               for r in skinny_space.violations(p, {**ok, "BLOCK_N": 32}, LIMITS))
+    assert any("BLOCK_N >= 64 and num_warps >= 4" in r
+               for r in skinny_space.violations(p, {**ok, "num_warps": 2}, LIMITS))
+    fp32 = GemmProblem(32, 512, 98304, dtype="fp32")
+    assert any("SWAP=1 needs TMA loads" in r and "fp32" in r
+               for r in skinny_space.violations(fp32, ok, LIMITS))
+    assert dict((c.name, c.values) for c in skinny_space.space(fp32, 132))["SWAP"] == (0,)
+    assert not any(s["SWAP"] for s in skinny_space.seeds(fp32, 132))
 
 
 def test_skinny_splits_that_leave_slices_empty_are_infeasible() -> None:

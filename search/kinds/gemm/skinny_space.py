@@ -4,7 +4,7 @@ its dimensions, static rules, seeds, and which shapes it is planned for.
 A configuration::
 
     {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 33, "num_warps": 4,
-     "num_stages": 4, "MODE": "barrier", "TMA": 0}
+     "num_stages": 4, "MODE": "barrier", "TMA": 0, "SWAP": 0}
 
 Splits are powers of two and, given the SM count, the counts that make a tile grid fill 1-3
 waves of the SMs (4 tiles x 33 = 132). The product is bandwidth-bound: the seeds keep
@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from search.kinds.gemm.alignment import unaligned
 from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 from search.limits import DeviceLimits
 from search.optimizer import Choice
@@ -28,7 +29,8 @@ from search.optimizer import Choice
 __all__ = ["MIN_K", "MIN_SPLIT", "MODES", "PARAMS", "WAVES", "applies", "seeds", "space",
            "violations"]
 
-PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "MODE", "TMA")
+PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "MODE", "TMA",
+          "SWAP")
 MODES = ("barrier", "tagged", "two_launch")
 #: The modes whose programs wait for each other, so the grid must fit the SMs at once.
 RESIDENT = ("barrier", "tagged")
@@ -47,6 +49,12 @@ SEED_SMEM = DeviceLimits().smem_per_block
 
 _BLOCK_M = (16, 32, 64)
 _BLOCK_N = (16, 32, 64, 128)
+
+
+def swappable(problem: GemmProblem) -> bool:
+    """Whether ``SWAP`` can run: its K loop is the TMA kernel's, which needs bf16/fp16 operands
+    with aligned rows."""
+    return problem.dtype in ("bf16", "fp16") and not {"A", "B"} & set(unaligned(problem))
 
 
 def _tiles(problem: GemmProblem, bm: int, bn: int) -> int:
@@ -97,6 +105,7 @@ def space(problem: GemmProblem, sm_count: int = 0) -> tuple[Choice, ...]:
         Choice("num_stages", (2, 3, 4, 5, 6)),
         Choice("MODE", MODES),
         Choice("TMA", (0, 1)),
+        Choice("SWAP", (0, 1) if swappable(problem) else (0,)),
     )
 
 
@@ -139,6 +148,15 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
     if smem > limits.smem_per_block:
         out.append(f"shared memory {smem} B for {config['num_stages']} stages is over the "
                    f"device limit {limits.smem_per_block} B")
+    if int(config.get("SWAP", 0)):
+        if not int(config.get("TMA", 1)) or not swappable(problem):
+            out.append("SWAP=1 needs TMA loads (TMA=1, bf16/fp16 operands with aligned rows; "
+                       f"this problem: {problem.dtype}, unaligned "
+                       f"{list(unaligned(problem)) or 'none'})")
+        if bn < 64 or config["num_warps"] < 4:
+            out.append(f"SWAP=1 puts BLOCK_N on wgmma's M of 64 rows per warp group: it needs "
+                       f"BLOCK_N >= 64 and num_warps >= 4, got {bn} and "
+                       f"{config['num_warps']}")
     threads = 32 * config["num_warps"]
     if bm * bn < 4 * threads:
         out.append(f"tile {bm}x{bn} is too small for {config['num_warps']} warps")
@@ -148,17 +166,21 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
 
 
 def seeds(problem: GemmProblem, sm_count: int) -> list[dict[str, Any]]:
-    """Starting points. Tile shapes are ranked by how fully their largest one-wave split fills
-    the SMs (ties: the H100's best for 64x64x65536 first: 64x64, then 64x32). The best two get,
-    in turn, TMA loads with ``BLOCK_K`` 128 five stages deep under the barrier, four under the
-    tagged reduction and ``BLOCK_K`` 256 three deep under the barrier (2 warps for tiles of at
-    most 2048 elements, else 4); then pointer loads: ``BLOCK_K`` 128 five stages deep under the
+    """Starting points. Tile shapes are ranked by how fully their largest one-wave split fills the
+    SMs (ties: the H100's best for 64x64x65536 first: 64x64, then 64x32). Those of the best
+    two with fewer than 64 rows and 64 columns lead with the swapped K loop
+    (``SWAP``, where the operands allow TMA loads): ``BLOCK_K`` 256 three stages deep, then
+    128 four deep, 4 warps, under the barrier. The best two then get, in turn, TMA loads
+    with ``BLOCK_K`` 128 five stages deep under the barrier, four under the tagged reduction
+    and ``BLOCK_K`` 256 three deep under the barrier (2 warps for tiles of at most 2048
+    elements, else 4); then pointer loads: ``BLOCK_K`` 128 five stages deep under the
     barrier, four under the tagged reduction (warps as before), then under the barrier four
     stages (4 warps), 256 three, 128 five (8 warps), as far as the shared memory holds them,
-    and their largest power-of-two split; then the rest of the shapes, and last the two-launch
-    reduction over splits that fill two waves. Where whole ``BLOCK_K`` steps would leave the
-    last K slices empty, half the ``BLOCK_K`` two stages deeper. (TMA loads where the operands
-    allow them: the launcher falls back to pointer loads where they do not.)"""
+    and their largest power-of-two split; then the rest of the shapes, and last the
+    two-launch reduction over splits that fill two waves. Where whole ``BLOCK_K`` steps
+    would leave the last K slices empty, half the ``BLOCK_K`` two stages deeper. (TMA loads
+    where the operands allow them: the launcher falls back to pointer loads where they do
+    not.)"""
     sms = sm_count or 132
     legal = {c.name: set(c.values) for c in space(problem, sms)}
     order = [(64, 64), (64, 32), (32, 64), (16, 128), (32, 128), (16, 64), (64, 128)]
@@ -174,30 +196,38 @@ def seeds(problem: GemmProblem, sm_count: int) -> list[dict[str, Any]]:
     def warps(bm: int, bn: int) -> int:
         return 2 if bm * bn <= 2048 else 4
 
-    rows: list[tuple[int, int, int, int | None, int, int, str, int]] = []
+    rows: list[tuple[int, int, int, int | None, int, int, str, int, int]] = []
     best = shapes[:2]
+    if swappable(problem):
+        # tiles of fewer than 64 rows and 64 columns: the swapped K loop (one wgmma M block
+        # per warp group) first
+        for bk, stages in ((256, 3), (128, 4)):
+            rows += [(bm, bn, bk, split(bm, bn, 1), 4, stages, "barrier", 1, 1)
+                     for bm, bn in best if bm < 64 and bn == 64]
     for bk, stages, mode in ((128, 5, "barrier"), (128, 4, "tagged"), (256, 3, "barrier")):
-        rows += [(bm, bn, bk, split(bm, bn, 1), warps(bm, bn), stages, mode, 1)
+        rows += [(bm, bn, bk, split(bm, bn, 1), warps(bm, bn), stages, mode, 1, 0)
                  for bm, bn in best]
-    rows += [(bm, bn, 128, split(bm, bn, 1), warps(bm, bn), 5, "barrier", 0) for bm, bn in best]
-    rows += [(bm, bn, 128, split(bm, bn, 1), warps(bm, bn), 4, "tagged", 0) for bm, bn in best]
+    rows += [(bm, bn, 128, split(bm, bn, 1), warps(bm, bn), 5, "barrier", 0, 0)
+             for bm, bn in best]
+    rows += [(bm, bn, 128, split(bm, bn, 1), warps(bm, bn), 4, "tagged", 0, 0)
+             for bm, bn in best]
     for bm, bn in best:
         sk = split(bm, bn, 1)
         for bk, stages, w in ((128, 4, 4), (256, 3, 4), (128, 5, 8)):
-            rows.append((bm, bn, bk, sk, w, stages, "barrier", 0))
-        rows.append((bm, bn, 128, split(bm, bn, 1, pow2=True), 4, 4, "barrier", 0))
+            rows.append((bm, bn, bk, sk, w, stages, "barrier", 0, 0))
+        rows.append((bm, bn, 128, split(bm, bn, 1, pow2=True), 4, 4, "barrier", 0, 0))
     for bm, bn in shapes[2:]:
-        rows.append((bm, bn, 128, split(bm, bn, 1), 4, 4, "barrier", 0))
+        rows.append((bm, bn, 128, split(bm, bn, 1), 4, 4, "barrier", 0, 0))
     for bm, bn in shapes[:3]:
-        rows.append((bm, bn, 128, split(bm, bn, 2), 4, 4, "two_launch", 0))
+        rows.append((bm, bn, 128, split(bm, bn, 2), 4, 4, "two_launch", 0, 0))
     out: list[dict[str, Any]] = []
     limits = DeviceLimits(sm_count=sms, smem_per_block=SEED_SMEM)
-    for bm, bn, bk, sk, w, stages, mode, tma in rows:
+    for bm, bn, bk, sk, w, stages, mode, tma, swap in rows:
         # a BLOCK_K whose whole steps leave the last slices empty gives way to half of it,
         # two stages deeper (about as many bytes in flight)
         for step, depth in ((bk, stages), (bk // 2, min(6, stages + 2))):
             config = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=step, SPLIT_K=sk, num_warps=w,
-                          num_stages=depth, MODE=mode, TMA=tma)
+                          num_stages=depth, MODE=mode, TMA=tma, SWAP=swap)
             if (sk is not None and step in legal["BLOCK_K"]
                     and all(config[p] in legal[p] for p in PARAMS)
                     and not violations(problem, config, limits)):
