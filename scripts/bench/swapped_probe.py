@@ -1,7 +1,7 @@
 """Probe (issue 18): the mid-m product computed as ``C^T = B^T A^T`` in Triton, one program per
 64 columns of C, all of ``m`` in one program as two or three power-of-two parts.
 
-    OUT=DIR python -m scripts.bench.swapped_probe [pass1|wide]
+    OUT=DIR python -m scripts.bench.swapped_probe [pass1|wide|ws]
 
 The stacked stream-K tiles (``STACK``) run ``m`` as 64-row wgmma tiles: each 16-deep K step
 reads the B tile from shared memory once per stacked tile. Swapped, the B tile (transposed in
@@ -42,16 +42,16 @@ def _part(b_t, a_desc, row: tl.constexpr, k, acc):
 @triton.jit
 def swapped_kernel(a0, a1, a2, b_desc, c0, c1, c2, K,
                    BN: tl.constexpr, BK: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr,
-                   P2: tl.constexpr, STAGES: tl.constexpr):
+                   P2: tl.constexpr, STAGES: tl.constexpr, WS: tl.constexpr = False):
     """Program p: ``C[:, 64p:64p+BN]^T`` over all of K; parts of P0, P1, P2 rows of A (P1, P2
-    may be 0)."""
+    may be 0); ``WS``: the K loop warp-specialized (Triton's producer warps for the loads)."""
     n0 = tl.program_id(0) * BN
     acc0 = tl.zeros((BN, P0), tl.float32)
     if P1 > 0:
         acc1 = tl.zeros((BN, P1), tl.float32)
     if P2 > 0:
         acc2 = tl.zeros((BN, P2), tl.float32)
-    for k in tl.range(0, K, BK, num_stages=STAGES):
+    for k in tl.range(0, K, BK, num_stages=STAGES, warp_specialize=WS):
         b_t = tl.trans(b_desc.load([k, n0]))
         acc0 = _part(b_t, a0, 0, k, acc0)
         if P1 > 0:
@@ -151,7 +151,7 @@ def parts_of(m: int, widest: int = 256) -> tuple[int, ...]:
 
 
 def swapped(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bn: int, bk: int, stages: int,
-            warps: int, parts: tuple[int, ...]):
+            warps: int, parts: tuple[int, ...], ws: bool = False):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     m, k = a.shape
@@ -164,7 +164,7 @@ def swapped(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bn: int, bk: in
 
     def call():
         swapped_kernel[grid](*a_d, b_d, *c_d, k, BN=bn, BK=bk, P0=ps[0], P1=ps[1], P2=ps[2],
-                             STAGES=stages, num_warps=warps, num_stages=stages)
+                             STAGES=stages, WS=ws, num_warps=warps, num_stages=stages)
         return out
 
     return call
@@ -215,14 +215,28 @@ def _wide_variants(m: int, n: int) -> dict:
     return out
 
 
+def _ws_variants(m: int, n: int) -> dict:
+    """``ws``: the data-parallel swapped tile with its K loop warp-specialized (4 consumer
+    warps), 5-7 stages deep, beside the same tile without."""
+    parts = parts_of(m)
+    label = "+".join(map(str, parts))
+    out = {}
+    for s in (5, 6, 7):
+        for ws in (False, True):
+            out[f"swapped {label} w4 s{s} DP{' WS' if ws else ''}"] = (
+                lambda st, s=s, ws=ws: swapped(st.a, st.b, st.out, 64, 64, s, 4, parts, ws))
+    return out
+
+
 def probe_shape(m: int, n: int, k: int, bench: EventBench, top: int = 6,
                 which: str = "pass1") -> None:
     p = GemmProblem(m, n, k)
     sh = f"{m}x{n}x{k}"
     sets = [make_inputs(p, "cuda", seed=1300 + i) for i in range(2)]
     refs = [reference_for(st) for st in sets]
-    if which == "wide":
-        _probe(sh, sets, refs, _wide_variants(m, n), m, n, bench, top)
+    if which in ("wide", "ws"):
+        more = _wide_variants(m, n) if which == "wide" else _ws_variants(m, n)
+        _probe(sh, sets, refs, more, m, n, bench, top)
         return
     variants = {}
     options = set()
@@ -279,12 +293,14 @@ def main() -> None:
     os.makedirs(OUT, exist_ok=True)
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
     which = sys.argv[1] if len(sys.argv) > 1 else "pass1"
-    if which not in ("pass1", "wide"):
-        raise SystemExit(f"usage: swapped_probe [pass1|wide], got {which!r}")
+    if which not in ("pass1", "wide", "ws"):
+        raise SystemExit(f"usage: swapped_probe [pass1|wide|ws], got {which!r}")
     bench = EventBench(max_reps=300, target_ms=20.0, warmup_ms=10.0)
     shapes = {"pass1": ((192, 6144, 6144), (192, 4096, 12288), (256, 4096, 8192),
                         (128, 8192, 8192), (160, 6144, 6144)),
-              "wide": ((192, 6144, 6144), (160, 6144, 6144), (192, 4096, 12288))}[which]
+              "wide": ((192, 6144, 6144), (160, 6144, 6144), (192, 4096, 12288)),
+              "ws": ((192, 6144, 6144), (160, 6144, 6144), (128, 8192, 8192),
+                     (192, 4096, 12288))}[which]
     for m, n, k in shapes:
         probe_shape(m, n, k, bench, top=8, which=which)
 
