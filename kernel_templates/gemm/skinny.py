@@ -222,21 +222,20 @@ def _skinny_tma_kernel(
     off_m = (tile // TILES_N) * BLOCK_M
     off_n = (tile % TILES_N) * BLOCK_N
     k_start = pid_k * K_PER_SPLIT
+    # SWAP: C^T = B^T A^T, the B tile the dot's left operand (wgmma's M of 64 on n), so a
+    # tile of fewer than 64 rows still runs on wgmma
     if SWAP:
-        # C^T = B^T A^T: the B tile is the dot's left operand (wgmma's M of 64 on n), so a
-        # tile of fewer than 64 rows still runs on wgmma
-        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        for kk in tl.range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K)):
-            a, b = tma_tiles(a_desc, b_desc, off_m, off_n, k_start + kk * BLOCK_K, A_COL,
-                             B_COL)
-            acc_t = tl.dot(tl.trans(b), tl.trans(a), acc_t)
-        acc = tl.trans(acc_t)
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for kk in tl.range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K)):
-            a, b = tma_tiles(a_desc, b_desc, off_m, off_n, k_start + kk * BLOCK_K, A_COL,
-                             B_COL)
+    for kk in tl.range(0, tl.cdiv(K_PER_SPLIT, BLOCK_K)):
+        a, b = tma_tiles(a_desc, b_desc, off_m, off_n, k_start + kk * BLOCK_K, A_COL, B_COL)
+        if SWAP:
+            acc = tl.dot(tl.trans(b), tl.trans(a), acc)
+        else:
             acc = tl.dot(a, b, acc)
+    if SWAP:
+        acc = tl.trans(acc)
     finish(acc, c_ptr, ws_ptr, cnt_ptr, tile, pid_k, TILES, M, N, stride_cm, stride_cn,
            BLOCK_M, BLOCK_N, SPLIT_K, TILES_N, MODE, SPIN, CHUNK, SHARE, SHARE_BLOCK,
            FENCE, BARRIER_FENCE, EPOCH, K_BLOCK, GROWING, PAIRS)

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 
 __all__ = ["ALIGN_BYTES", "B_LAYOUTS", "MAX_SCRATCH_SHARE", "VIEW_LD", "RepairPlan",
-           "b_layouts", "describe_unaligned", "repair_fits", "split_applies", "unaligned"]
+           "b_layouts", "describe_unaligned", "repair_fits", "split_applies", "tma_loads",
+           "unaligned"]
 
 #: What TMA and vector loads need of a row (and of its start).
 ALIGN_BYTES = 16
@@ -74,6 +75,11 @@ def unaligned(problem: GemmProblem) -> tuple[str, ...]:
     if (problem.n * e_out) % ALIGN_BYTES:
         out.append("C")
     return tuple(out)
+
+
+def tma_loads(problem: GemmProblem) -> bool:
+    """Whether TMA can load both operands: bf16/fp16, with A's and B's rows aligned."""
+    return problem.dtype in ("bf16", "fp16") and not {"A", "B"} & set(unaligned(problem))
 
 
 def describe_unaligned(problem: GemmProblem) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from search.kinds.gemm.alignment import unaligned
+from search.kinds.gemm.alignment import tma_loads, unaligned
 from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 from search.limits import DeviceLimits
 from search.optimizer import Choice
@@ -52,9 +52,8 @@ _BLOCK_N = (16, 32, 64, 128)
 
 
 def swappable(problem: GemmProblem) -> bool:
-    """Whether ``SWAP`` can run: its K loop is the TMA kernel's, which needs bf16/fp16 operands
-    with aligned rows."""
-    return problem.dtype in ("bf16", "fp16") and not {"A", "B"} & set(unaligned(problem))
+    """Whether ``SWAP`` can run: its K loop is the TMA kernel's."""
+    return tma_loads(problem)
 
 
 def _tiles(problem: GemmProblem, bm: int, bn: int) -> int:

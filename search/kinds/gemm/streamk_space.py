@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from search.kinds.gemm.alignment import unaligned
+from search.kinds.gemm.alignment import tma_loads, unaligned
 from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 from search.limits import DeviceLimits
 from search.optimizer import Choice
@@ -156,7 +156,7 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
 
 def stackable(problem: GemmProblem) -> bool:
     """Whether stacked tiles can run: their A tiles come through TMA only."""
-    return problem.dtype in ("bf16", "fp16") and not {"A", "B"} & set(unaligned(problem))
+    return tma_loads(problem)
 
 
 def columns_first(problem: GemmProblem) -> bool:
