@@ -83,3 +83,15 @@ def interleaved(calls: dict[str, list[Callable[[], Any]]],
         rows.append({"shape": shape, "name": prefix + name, "us": mid, "min_us": s[0],
                      "max_us": s[-1], "rounds": us})
         print(f"{shape:>16} {mid:8.2f} ({s[0]:.2f}-{s[-1]:.2f}) {prefix}{name}", flush=True)
+
+
+def fastest(calls: dict[str, list[Callable[[], Any]]],
+            bench: Callable[[Sequence[Callable[[], Any]]], Any], shape: str,
+            rows: list[dict[str, Any]], top: int) -> list[str]:
+    """Every name timed once (``bench``'s median; a ``"pass": 1`` row each, fastest first, to
+    ``rows``); returned: the ``top`` fastest names, the probes' finalists for ``interleaved``."""
+    timed = sorted((bench(fns).median_us, name) for name, fns in calls.items())
+    for us, name in timed:
+        rows.append({"shape": shape, "name": name, "us": us, "pass": 1})
+        print(f"{shape:>16} {us:8.2f} pass 1 {name}", flush=True)
+    return [name for _, name in timed[:top]]

@@ -28,7 +28,7 @@ from kernel_templates.gemm import repair, skinny
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_for, rel_error
 from kernel_templates.gemm.triton import matmul as tiled
-from scripts.bench.checked import checked_makers, interleaved
+from scripts.bench.checked import checked_makers, fastest, interleaved
 from search.kinds.gemm import repair_space, skinny_space
 from search.kinds.gemm.alignment import RepairPlan
 from search.kinds.gemm.spec import GemmProblem
@@ -427,15 +427,12 @@ def long_k9(rounds: int = 7, finalists: int = 6) -> None:
                 cfg = {**_cfg(32, bn, bk, sk, w, st, mode, 1), "SWAP": 1}
                 makers["swapped " + json.dumps(cfg)] = _maker(cfg)
     calls = checked_makers(makers, sets, refs, 10, sh, ROWS)
-    pass1 = sorted((BENCH(fns).median_us, name) for name, fns in calls.items())
-    for us, name in pass1:
-        ROWS.append({"shape": sh, "name": name, "us": us, "pass": 1})
-        print(f"{sh:>16} {us:8.2f} pass 1 {name}", flush=True)
+    best = fastest(calls, BENCH, sh, ROWS, finalists)
     final = {"cublas": _cublas}
     for cfg in (_cfg(32, 64, 256, 16, 2, 3, "barrier", 1),
                 _cfg(32, 64, 128, 16, 2, 4, "tagged", 1)):
         final["unswapped " + json.dumps(cfg)] = _maker(cfg)
-    final.update({name: makers[name] for _, name in pass1[:finalists]})
+    final.update({name: makers[name] for name in best})
     interleaved(checked_makers(final, sets, refs, 10, sh, ROWS), BENCH, sh, ROWS, rounds,
                 prefix="interleaved ")
 

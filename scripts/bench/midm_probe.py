@@ -28,7 +28,7 @@ import triton
 from kernel_templates.gemm import streamk
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_for
-from scripts.bench.checked import checked_makers, interleaved
+from scripts.bench.checked import checked_makers, fastest, interleaved
 from search.kinds.gemm.spec import GemmProblem
 from workers.bench import EventBench
 
@@ -79,9 +79,7 @@ def probe_shape(m: int, n: int, k: int, bench: EventBench, which: str, top: int 
     refs = [reference_for(st) for st in sets]
     variants = {_name(cfg, g): _streamk(cfg, g) for cfg, g in _variants(m, n, sms, which)}
     calls = checked_makers(variants, sets, refs, 10, sh, ROWS)
-    pass1 = sorted((bench(fns).median_us, name) for name, fns in calls.items())
-    for us, name in pass1:
-        ROWS.append({"shape": sh, "name": name, "us": us, "pass": 1})
+    finalists = fastest(calls, bench, sh, ROWS, top)
     makers = {"cublas": lambda st: (lambda: torch.matmul(st.a, st.b, out=st.out))}
     for cfg, g in (
             (dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=4,
@@ -93,7 +91,7 @@ def probe_shape(m: int, n: int, k: int, bench: EventBench, which: str, top: int 
             (dict(BLOCK_M=256, BLOCK_N=64, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=4),
              sms)):
         makers[f"streamk G{g or sms} " + json.dumps(cfg)] = _streamk(cfg, g)
-    makers.update({name: variants[name] for _, name in pass1[:top]})
+    makers.update({name: variants[name] for name in finalists})
     interleaved(checked_makers(makers, sets, refs, 10, sh, ROWS), bench, sh, ROWS)
 
 

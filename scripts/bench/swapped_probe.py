@@ -26,7 +26,7 @@ from kernel_templates.gemm import streamk
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_for
 from kernel_templates.gemm.streamk import _range_of, _wait_flag
-from scripts.bench.checked import checked_makers, interleaved
+from scripts.bench.checked import checked_makers, fastest, interleaved
 from search.kinds.gemm.spec import GemmProblem
 from workers.bench import EventBench
 
@@ -270,10 +270,7 @@ def probe_shape(m: int, n: int, k: int, bench: EventBench, top: int = 6,
 def _probe(sh: str, sets: list, refs: list, variants: dict, m: int, n: int, bench: EventBench,
            top: int) -> None:
     calls = checked_makers(variants, sets, refs, 10, sh, ROWS)
-    pass1 = sorted((bench(fns).median_us, name) for name, fns in calls.items())
-    for us, name in pass1:
-        ROWS.append({"shape": sh, "name": name, "us": us, "pass": 1})
-        print(f"{sh:>16} {us:8.2f} pass 1 {name}", flush=True)
+    finalists = fastest(calls, bench, sh, ROWS, top)
     stack = triton.cdiv(m, 64)
     makers = {"cublas": lambda st: (lambda: torch.matmul(st.a, st.b, out=st.out))}
     if stack <= 4:
@@ -285,7 +282,7 @@ def _probe(sh: str, sets: list, refs: list, variants: dict, m: int, n: int, benc
                             {**cfg, "ORDER": "lockstep", "IDLE_SMS": 4}, None)):
             makers[name] = (lambda st, c=c, g=g: (lambda: streamk.matmul_streamk(
                 st.a, st.b, c, out=st.out, programs=g)))
-    makers.update({name: variants[name] for _, name in pass1[:top]})
+    makers.update({name: variants[name] for name in finalists})
     interleaved(checked_makers(makers, sets, refs, 10, sh, ROWS), bench, sh, ROWS)
 
 

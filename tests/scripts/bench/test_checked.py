@@ -1,12 +1,12 @@
-"""The probes' shared timing rounds (scripts/bench/checked.py ``interleaved``), with a fake
-bench: every name is timed once per round, in turn, and its row carries the median of its
-rounds, their range and the rounds themselves."""
+"""The probes' shared timing (scripts/bench/checked.py), with a fake bench: ``interleaved``
+times every name once per round, in turn, and its row carries the median of its rounds, their
+range and the rounds themselves; ``fastest`` times each name once and names the finalists."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from scripts.bench.checked import interleaved
+from scripts.bench.checked import fastest, interleaved
 
 
 def test_rounds_interleave_the_names_and_rows_carry_the_median_and_range() -> None:
@@ -28,3 +28,20 @@ def test_rounds_interleave_the_names_and_rows_carry_the_median_and_range() -> No
         {"shape": "8x8x8", "name": "interleaved b", "us": 2.5, "min_us": 2.0, "max_us": 9.0,
          "rounds": [2.0, 2.5, 9.0]},
     ]
+
+
+def test_fastest_times_each_name_once_and_names_the_finalists() -> None:
+    times = {"a": 5.0, "b": 1.0, "c": 3.0}
+    seen: list[str] = []
+
+    def bench(fns):
+        name = fns[0]()
+        seen.append(name)
+        return SimpleNamespace(median_us=times[name])
+
+    rows: list[dict] = []
+    calls = {name: [lambda name=name: name] for name in times}
+    assert fastest(calls, bench, "8x8x8", rows, top=2) == ["b", "c"]
+    assert seen == ["a", "b", "c"]
+    assert rows == [{"shape": "8x8x8", "name": n, "us": times[n], "pass": 1}
+                    for n in ("b", "c", "a")]
