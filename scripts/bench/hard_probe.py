@@ -3,14 +3,15 @@
 (read ceiling, modes, tiles, where its time goes), timed with the worker's ``EventBench`` (read
 flush, rotated input sets), each kernel checked against the float64 reference first.
 
-    OUT=DIR python -m scripts.bench.hard_probe [u] [s] [s2] [s3] [s4] [s5] [s6] [s8] [s9] [r]
+    OUT=DIR python -m scripts.bench.hard_probe [u] [s] [s2] [s3] [s4] [s5] [s6] [s8] [s9] [s10] [r]
 
 (no argument: ``u`` and ``s``). Writes ``$OUT/probe.json`` and prints a table. The numbers of
 docs/benchmarks/gemm_hard_h100_2026-11-25.md come from it, and ``s6`` (the barrier's two
 counting schemes and the tagged mode's two store widths, interleaved) those of
 docs/benchmarks/gemm_longk_h100_2026-11-27.md; ``s8`` (the split layout's grid on
 32x512x98304) the sweep in docs/benchmarks/gemm_even_deal_h100_2026-11-27.md, whose ``s7`` is
-in commit 454655b only; ``s9`` the swapped dot (``SWAP``) on 32x512x98304."""
+in commit 454655b only; ``s9`` the swapped dot (``SWAP``) on 32x512x98304, ``s10`` its 32x64
+tile deeper."""
 
 from __future__ import annotations
 
@@ -411,16 +412,22 @@ def long_k8(rounds: int = 7, finalists: int = 6) -> None:
         interleaved(calls, BENCH, sh, ROWS, rounds, prefix="interleaved ")
 
 
-def long_k9(rounds: int = 7, finalists: int = 6) -> None:
+#: s9's tiles (columns, split) and K steps (BLOCK_K, stages); s10 goes deeper on the first
+S9 = (((64, 16), (128, 33), (256, 66)), ((64, 6), (64, 8), (128, 4), (128, 5), (256, 3)))
+S10 = (((64, 16),), ((64, 10), (64, 12), (128, 6), (128, 7), (128, 8), (256, 2), (256, 4),
+                    (512, 2)))
+
+
+def long_k9(rounds: int = 7, finalists: int = 6, grid: tuple = S9) -> None:
     """The skinny TMA kernel computing C^T = B^T A^T (``SWAP``: the B tile is the
     dot's left operand, so a 32-row tile runs on wgmma) on 32x512x98304: tiles, K steps and
-    depths timed once after a check, then the fastest interleaved round by round beside the
-    unswapped best two and cuBLAS."""
+    depths (``grid``) timed once after a check, then the fastest interleaved round by round
+    beside the unswapped best two and cuBLAS."""
     p = GemmProblem(32, 512, 98304)
     sh, sets, refs = _shape(p, 1100)
     makers = {}
-    for bn, sk in ((64, 16), (128, 33), (256, 66)):
-        for bk, st in ((64, 6), (64, 8), (128, 4), (128, 5), (256, 3)):
+    for bn, sk in grid[0]:
+        for bk, st in grid[1]:
             for w, mode in itertools.product((4, 8), ("barrier", "tagged")):
                 if (bn + 32) * bk * 2 * st > 220 * 1024 or (w == 8 and bn == 64):
                     continue
@@ -473,6 +480,8 @@ if __name__ == "__main__":
             long_k8()
         if "s9" in ONLY:
             long_k9()
+        if "s10" in ONLY:
+            long_k9(grid=S10)
         if "r" in ONLY:
             read_ceiling_mid()
     finally:
