@@ -16,6 +16,7 @@ from kernel_templates.gemm import triton as gemm
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_matmul, rel_error
 from search.kinds.gemm.spec import GemmProblem
+from tests.kernel_templates.skinny_check import clean
 
 pytestmark = pytest.mark.gpu
 
@@ -62,16 +63,6 @@ CASES: list[tuple[tuple[int, int, int], str, dict[str, Any]]] = [
 ]
 
 
-def counters_zero() -> bool:
-    """The atomic mode's counters and accumulator are zero, and each barrier arrival count a
-    multiple of its grid size (slot ``g`` for ``g`` programs)."""
-    dev = torch.device("cuda", torch.cuda.current_device())
-    cnt, acc = skinny._COUNTERS.get(dev), skinny._ACCUM.get(dev)
-    arrivals = skinny._ARRIVALS.get(dev)
-    grown = arrivals is None or all(int(v) % g == 0 for g, v in enumerate(arrivals.tolist()) if g)
-    return grown and (cnt is None or not bool(cnt.any())) and (acc is None or not bool(acc.any()))
-
-
 @pytest.mark.parametrize(("shape", "kind", "config"), CASES)
 def test_skinny_and_gemm_are_correct_and_repeatable(shape: tuple[int, int, int], kind: str,
                                                     config: dict[str, Any]) -> None:
@@ -89,7 +80,7 @@ def test_skinny_and_gemm_are_correct_and_repeatable(shape: tuple[int, int, int],
         assert rel_error(inp.out, ref) <= TOL and rel_error(again, ref) <= TOL
         if deterministic:
             assert torch.equal(inp.out, again)
-    assert counters_zero()
+    assert clean("cuda")
 
 
 @pytest.mark.parametrize("mode", ["tagged", "barrier"])
@@ -113,4 +104,4 @@ def test_a_captured_graph_replays_right_on_new_inputs(mode: str, swap: int) -> N
         graph.replay()
         torch.cuda.synchronize()
         assert rel_error(inp.out, reference_matmul(fresh.a, fresh.b)) <= TOL, seed
-    assert counters_zero()
+    assert clean("cuda")

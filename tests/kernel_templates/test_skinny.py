@@ -17,24 +17,13 @@ from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_matmul, rel_error, tolerance
 from kernel_templates.gemm.skinny import check_skinny_config, matmul_skinny
 from search.kinds.gemm.spec import GemmProblem
+from tests.kernel_templates.skinny_check import clean
 
 
 def cfg(split_k: int = 2, mode: str = "barrier", bm: int = 16, bn: int = 32, bk: int = 16,
         **kw: int) -> dict:
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split_k, num_warps=4, num_stages=2,
                 MODE=mode, **kw)
-
-
-def clean(device: str) -> bool:
-    """Counters and the atomic accumulator are all zero, and each barrier arrival count (slot
-    ``g`` for a grid of ``g`` programs) a multiple of its grid size: every launch must leave
-    them so."""
-    dev = torch.device(device)
-    bufs = [skinny._COUNTERS.get(dev), skinny._ACCUM.get(dev)]
-    arrivals = skinny._ARRIVALS.get(dev)
-    grown = arrivals is None or all(
-        int(v) % g == 0 for g, v in enumerate(arrivals.tolist()) if g)
-    return grown and all(b is None or not b.any().item() for b in bufs)
 
 
 def check(problem: GemmProblem, config: dict, device: str, seed: int = 0) -> torch.Tensor:
