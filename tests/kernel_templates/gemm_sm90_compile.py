@@ -128,9 +128,11 @@ def streamk_shared(config: dict[str, Any], tma: bool = True) -> int:
                         num_stages=cfg["num_stages"]).metadata.shared
 
 
-def skinny_compiled(config: dict[str, Any]) -> Any:
-    """The skinny kernel's pointer path compiled under ``config`` (its ``MODE`` included) for
-    bf16 row-major operands on sm_90."""
+def _skinny_common(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str],
+                                                    dict[str, Any]]:
+    """``config`` checked, the argument types and the constants both skinny kernels take
+    (bf16, the workspace and counter types and the reduction's share as the launcher sets
+    them)."""
     import triton
 
     from kernel_templates.gemm import skinny
@@ -138,23 +140,32 @@ def skinny_compiled(config: dict[str, Any]) -> Any:
     cfg = skinny.check_skinny_config(config)
     tagged = cfg["MODE"] == "tagged"
     growing = cfg["MODE"] == "barrier" and skinny.GROWING_BARRIER
-    # unit strides are constants, as the JIT specializes an integer argument equal to 1
-    ints = ("EPOCH", "M", "N", "K", "K_PER_SPLIT", "stride_am", "stride_bk", "stride_cm")
-    types = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16",
-             "ws_ptr": "*i64" if tagged else "*fp32",
+    types = {"c_ptr": "*bf16", "ws_ptr": "*i64" if tagged else "*fp32",
              "cnt_ptr": "*i64" if tagged or growing else "*i32",
-             **dict.fromkeys(ints, "i32")}
-    share = triton.cdiv(cfg["BLOCK_M"] * cfg["BLOCK_N"], cfg["SPLIT_K"])
+             **dict.fromkeys(("EPOCH", "M", "N", "K", "K_PER_SPLIT", "stride_cm"), "i32")}
+    split = cfg["SPLIT_K"]
+    share = triton.cdiv(cfg["BLOCK_M"] * cfg["BLOCK_N"], split)
     block = triton.next_power_of_2(share)
-    chunk = 1 << (max(1, min(cfg["SPLIT_K"], 4096 // block)).bit_length() - 1)
+    chunk = 1 << (max(1, min(split, 4096 // block)).bit_length() - 1)
     consts = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-                  SPLIT_K=cfg["SPLIT_K"], TILES_N=4, MODE=skinny._MODE_ID[cfg["MODE"]],
+                  SPLIT_K=split, TILES_N=4, MODE=skinny._MODE_ID[cfg["MODE"]],
                   SPIN=1 << 20, CHUNK=chunk, SHARE=share, SHARE_BLOCK=block,
-                  K_BLOCK=triton.next_power_of_2(cfg["SPLIT_K"]), FENCE=True,
+                  K_BLOCK=triton.next_power_of_2(split), FENCE=True,
                   BARRIER_FENCE=False, GROWING=skinny.GROWING_BARRIER,
-                  PAIRS=skinny.TAGGED_PAIRS,
-                  EVEN_K=True, EVEN_MN=True, INPUT_PRECISION="tf32", stride_ak=1,
-                  stride_bn=1, stride_cn=1)
+                  PAIRS=skinny.TAGGED_PAIRS, stride_cn=1)
+    return cfg, types, consts
+
+
+def skinny_compiled(config: dict[str, Any]) -> Any:
+    """The skinny kernel's pointer path compiled under ``config`` (its ``MODE`` included) for
+    bf16 row-major operands on sm_90."""
+    from kernel_templates.gemm import skinny
+
+    cfg, types, consts = _skinny_common(config)
+    # unit strides are constants, as the JIT specializes an integer argument equal to 1
+    types.update({"a_ptr": "*bf16", "b_ptr": "*bf16", "stride_am": "i32", "stride_bk": "i32"})
+    consts.update(EVEN_K=True, EVEN_MN=True, INPUT_PRECISION="tf32", stride_ak=1,
+                  stride_bn=1)
     aligned = ["a_ptr", "b_ptr", "c_ptr", "ws_ptr", "cnt_ptr", "stride_am", "stride_bk",
                "K_PER_SPLIT"]
     return compile_sm90(skinny._skinny_kernel, types, consts, aligned,
@@ -164,25 +175,13 @@ def skinny_compiled(config: dict[str, Any]) -> Any:
 def skinny_tma_compiled(config: dict[str, Any]) -> Any:
     """The skinny kernel's TMA path (``SWAP`` as ``config`` says) compiled under ``config`` for
     bf16 row-major operands on sm_90."""
-    import triton
-
     from kernel_templates.gemm import skinny
 
-    cfg = skinny.check_skinny_config(config)
-    bm, bn, bk, split = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
-    tagged = cfg["MODE"] == "tagged"
-    types = {"a_desc": f"tensordesc<bf16[{bm}, {bk}]>", "b_desc": f"tensordesc<bf16[{bk}, {bn}]>",
-             "c_ptr": "*bf16", "ws_ptr": "*i64" if tagged else "*fp32", "cnt_ptr": "*i64",
-             **dict.fromkeys(("EPOCH", "M", "N", "K", "K_PER_SPLIT", "stride_cm"), "i32")}
-    share = triton.cdiv(bm * bn, split)
-    block = triton.next_power_of_2(share)
-    chunk = 1 << (max(1, min(split, 4096 // block)).bit_length() - 1)
-    consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, TILES_N=4,
-                  MODE=skinny._MODE_ID[cfg["MODE"]], SPIN=1 << 20, CHUNK=chunk, SHARE=share,
-                  SHARE_BLOCK=block, K_BLOCK=triton.next_power_of_2(split), FENCE=True,
-                  BARRIER_FENCE=False, GROWING=skinny.GROWING_BARRIER,
-                  PAIRS=skinny.TAGGED_PAIRS, A_COL=False, B_COL=False,
-                  SWAP=bool(cfg["SWAP"]), stride_cn=1)
+    cfg, types, consts = _skinny_common(config)
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    types.update({"a_desc": f"tensordesc<bf16[{bm}, {bk}]>",
+                  "b_desc": f"tensordesc<bf16[{bk}, {bn}]>"})
+    consts.update(A_COL=False, B_COL=False, SWAP=bool(cfg["SWAP"]))
     return compile_sm90(skinny._skinny_tma_kernel, types, consts,
                         ["c_ptr", "ws_ptr", "cnt_ptr"], num_warps=cfg["num_warps"],
                         num_stages=cfg["num_stages"])
