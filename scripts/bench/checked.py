@@ -95,3 +95,34 @@ def fastest(calls: dict[str, list[Callable[[], Any]]],
         rows.append({"shape": shape, "name": name, "us": us, "pass": 1})
         print(f"{shape:>16} {us:8.2f} pass 1 {name}", flush=True)
     return [name for _, name in timed[:top]]
+
+
+def probe_mode(argv: Sequence[str], prog: str, modes: Sequence[str]) -> str:
+    """The probe's mode: ``argv[1]``, default the first of ``modes``; ``SystemExit`` with the
+    usage for any other."""
+    which = argv[1] if len(argv) > 1 else modes[0]
+    if which not in modes:
+        raise SystemExit(f"usage: {prog} [{'|'.join(modes)}], got {which!r}")
+    return which
+
+
+def run_probe(main: Callable[[], Any], out: str, filename: str,
+              rows: list[dict[str, Any]]) -> None:
+    """A probe's entry point: the GPU and versions printed, ``main()`` run, then ``rows``
+    written to ``out/filename`` however ``main`` ended (a probe cut short keeps what it
+    measured)."""
+    import json
+    import os
+
+    os.makedirs(out, exist_ok=True)
+    try:
+        import torch
+        import triton
+
+        if torch.cuda.is_available():
+            print(torch.cuda.get_device_name(), torch.__version__, triton.__version__,
+                  flush=True)
+        main()
+    finally:
+        with open(os.path.join(out, filename), "w") as f:
+            json.dump(rows, f, indent=1)

@@ -12,7 +12,6 @@ DIR/dsmem.json."""
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import subprocess
 
@@ -21,7 +20,7 @@ import torch
 from kernel_templates.gemm import skinny
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_for
-from scripts.bench.checked import checked_makers, interleaved
+from scripts.bench.checked import checked_makers, interleaved, run_probe
 from search.kinds.gemm.spec import GemmProblem
 from workers.bench import EventBench
 
@@ -60,10 +59,8 @@ def triton_skinny(cfg):
 
 
 def main() -> None:
-    os.makedirs(OUT, exist_ok=True)
     so = build()
     bench = EventBench(max_reps=300, target_ms=20.0, warmup_ms=10.0)
-    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     for split in (8, 16):
         ROWS.append({"name": f"max active clusters of {split}",
                      "value": so.skinny_dsmem_max_clusters(split, 512)})
@@ -87,8 +84,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        with open(os.path.join(OUT, "dsmem.json"), "w") as f:
-            json.dump(ROWS, f, indent=1)
+    run_probe(main, OUT, "dsmem.json", ROWS)

@@ -28,7 +28,7 @@ import triton
 from kernel_templates.gemm import streamk
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_for
-from scripts.bench.checked import checked_makers, fastest, interleaved
+from scripts.bench.checked import checked_makers, fastest, interleaved, probe_mode, run_probe
 from search.kinds.gemm.spec import GemmProblem
 from workers.bench import EventBench
 
@@ -96,11 +96,7 @@ def probe_shape(m: int, n: int, k: int, bench: EventBench, which: str, top: int 
 
 
 def main() -> None:
-    os.makedirs(OUT, exist_ok=True)
-    print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
-    which = sys.argv[1] if len(sys.argv) > 1 else "pass1"
-    if which not in ("pass1", "carry", "deep"):
-        raise SystemExit(f"usage: midm_probe [pass1|carry|deep], got {which!r}")
+    which = probe_mode(sys.argv, "midm_probe", ("pass1", "carry", "deep"))
     shapes = {"pass1": [(192, 6144, 6144)],
               "deep": [(192, 6144, 6144), (192, 4096, 12288)],
               "carry": [(128, 8192, 8192), (256, 4096, 8192), (192, 4096, 12288),
@@ -111,8 +107,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        with open(os.path.join(OUT, "midm.json"), "w") as f:
-            json.dump(ROWS, f, indent=1)
+    run_probe(main, OUT, "midm.json", ROWS)

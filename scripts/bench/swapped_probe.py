@@ -14,7 +14,6 @@ cuBLAS and the stacked tiles on one program per tile. Rows go to DIR/swapped.jso
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -26,7 +25,7 @@ from kernel_templates.gemm import streamk
 from kernel_templates.gemm.inputs import make_inputs
 from kernel_templates.gemm.reference import reference_for
 from kernel_templates.gemm.streamk import _range_of, _wait_flag
-from scripts.bench.checked import checked_makers, fastest, interleaved
+from scripts.bench.checked import checked_makers, fastest, interleaved, probe_mode, run_probe
 from search.kinds.gemm.spec import GemmProblem
 from workers.bench import EventBench
 
@@ -287,11 +286,7 @@ def _probe(sh: str, sets: list, refs: list, variants: dict, m: int, n: int, benc
 
 
 def main() -> None:
-    os.makedirs(OUT, exist_ok=True)
-    print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
-    which = sys.argv[1] if len(sys.argv) > 1 else "pass1"
-    if which not in ("pass1", "wide", "ws"):
-        raise SystemExit(f"usage: swapped_probe [pass1|wide|ws], got {which!r}")
+    which = probe_mode(sys.argv, "swapped_probe", ("pass1", "wide", "ws"))
     bench = EventBench(max_reps=300, target_ms=20.0, warmup_ms=10.0)
     shapes = {"pass1": ((192, 6144, 6144), (192, 4096, 12288), (256, 4096, 8192),
                         (128, 8192, 8192), (160, 6144, 6144)),
@@ -303,8 +298,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        with open(os.path.join(OUT, "swapped.json"), "w") as f:
-            json.dump(ROWS, f, indent=1)
+    run_probe(main, OUT, "swapped.json", ROWS)

@@ -1,12 +1,16 @@
 """The probes' shared timing (scripts/bench/checked.py), with a fake bench: ``interleaved``
 times every name once per round, in turn, and its row carries the median of its rounds, their
-range and the rounds themselves; ``fastest`` times each name once and names the finalists."""
+range and the rounds themselves; ``fastest`` times each name once and names the finalists;
+``run_probe`` keeps the rows of a probe that fails, ``probe_mode`` names the modes."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
-from scripts.bench.checked import fastest, interleaved
+import pytest
+
+from scripts.bench.checked import fastest, interleaved, probe_mode, run_probe
 
 
 def test_rounds_interleave_the_names_and_rows_carry_the_median_and_range() -> None:
@@ -45,3 +49,23 @@ def test_fastest_times_each_name_once_and_names_the_finalists() -> None:
     assert seen == ["a", "b", "c"]
     assert rows == [{"shape": "8x8x8", "name": n, "us": times[n], "pass": 1}
                     for n in ("b", "c", "a")]
+
+
+def test_run_probe_keeps_what_a_failing_probe_measured(tmp_path) -> None:
+    rows: list[dict] = []
+
+    def main() -> None:
+        rows.append({"name": "measured"})
+        raise RuntimeError("cut short")
+
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="cut short"):
+        run_probe(main, str(out), "probe.json", rows)
+    assert json.loads((out / "probe.json").read_text()) == [{"name": "measured"}]
+
+
+def test_probe_mode_defaults_to_the_first_and_names_the_modes() -> None:
+    assert probe_mode(["p"], "p", ("pass1", "wide")) == "pass1"
+    assert probe_mode(["p", "wide"], "p", ("pass1", "wide")) == "wide"
+    with pytest.raises(SystemExit, match=r"usage: p \[pass1\|wide\], got 'deep'"):
+        probe_mode(["p", "deep"], "p", ("pass1", "wide"))
