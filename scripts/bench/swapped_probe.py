@@ -39,24 +39,34 @@ def _part(b_t, a_desc, row: tl.constexpr, k, acc):
 
 
 @triton.jit
+def _zeros(BN: tl.constexpr, P: tl.constexpr):
+    # a part's accumulator; an absent part (P == 0) gets a 16-wide one that nothing uses
+    return tl.zeros((BN, P + 16 * (P == 0)), tl.float32)
+
+
+@triton.jit
+def _k_step(b_desc, a0, a1, a2, n0, k, acc0, acc1, acc2, P0: tl.constexpr,
+            P1: tl.constexpr, P2: tl.constexpr):
+    # one K step of every part: the B tile loaded once, transposed, and each part's product
+    b_t = tl.trans(b_desc.load([k, n0]))
+    acc0 = _part(b_t, a0, 0, k, acc0)
+    if P1 > 0:
+        acc1 = _part(b_t, a1, P0, k, acc1)
+    if P2 > 0:
+        acc2 = _part(b_t, a2, P0 + P1, k, acc2)
+    return acc0, acc1, acc2
+
+
+@triton.jit
 def swapped_kernel(a0, a1, a2, b_desc, c0, c1, c2, K,
                    BN: tl.constexpr, BK: tl.constexpr, P0: tl.constexpr, P1: tl.constexpr,
                    P2: tl.constexpr, STAGES: tl.constexpr, WS: tl.constexpr = False):
     """Program p: ``C[:, 64p:64p+BN]^T`` over all of K; parts of P0, P1, P2 rows of A (P1, P2
     may be 0); ``WS``: the K loop warp-specialized (Triton's producer warps for the loads)."""
     n0 = tl.program_id(0) * BN
-    acc0 = tl.zeros((BN, P0), tl.float32)
-    if P1 > 0:
-        acc1 = tl.zeros((BN, P1), tl.float32)
-    if P2 > 0:
-        acc2 = tl.zeros((BN, P2), tl.float32)
+    acc0, acc1, acc2 = _zeros(BN, P0), _zeros(BN, P1), _zeros(BN, P2)
     for k in tl.range(0, K, BK, num_stages=STAGES, warp_specialize=WS):
-        b_t = tl.trans(b_desc.load([k, n0]))
-        acc0 = _part(b_t, a0, 0, k, acc0)
-        if P1 > 0:
-            acc1 = _part(b_t, a1, P0, k, acc1)
-        if P2 > 0:
-            acc2 = _part(b_t, a2, P0 + P1, k, acc2)
+        acc0, acc1, acc2 = _k_step(b_desc, a0, a1, a2, n0, k, acc0, acc1, acc2, P0, P1, P2)
     c0.store([0, n0], tl.trans(acc0).to(c0.dtype))
     if P1 > 0:
         c1.store([P0, n0], tl.trans(acc1).to(c1.dtype))
@@ -95,19 +105,10 @@ def swapped_sk_kernel(a0, a1, a2, b_desc, c0, c1, c2, ws_ptr, flag_ptr, EPOCH, K
         k0 = tl.maximum(start - tile_it0, 0)
         k1 = tl.minimum(end - tile_it0, ITERS_PER_TILE)
         n0 = seg * BN
-        acc0 = tl.zeros((BN, P0), tl.float32)
-        if P1 > 0:
-            acc1 = tl.zeros((BN, P1), tl.float32)
-        if P2 > 0:
-            acc2 = tl.zeros((BN, P2), tl.float32)
+        acc0, acc1, acc2 = _zeros(BN, P0), _zeros(BN, P1), _zeros(BN, P2)
         for kk in range(k0, k1):
-            k = kk * BK
-            b_t = tl.trans(b_desc.load([k, n0]))
-            acc0 = _part(b_t, a0, 0, k, acc0)
-            if P1 > 0:
-                acc1 = _part(b_t, a1, P0, k, acc1)
-            if P2 > 0:
-                acc2 = _part(b_t, a2, P0 + P1, k, acc2)
+            acc0, acc1, acc2 = _k_step(b_desc, a0, a1, a2, n0, kk * BK, acc0, acc1, acc2,
+                                       P0, P1, P2)
         if k1 < ITERS_PER_TILE:
             base = ws_ptr + v * SLOT
             _publish(base, acc0, 0, P0, BN)
