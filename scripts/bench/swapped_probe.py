@@ -150,16 +150,21 @@ def parts_of(m: int, widest: int = 256) -> tuple[int, ...]:
     return tuple(out)
 
 
-def swapped(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bn: int, bk: int, stages: int,
-            warps: int, parts: tuple[int, ...], ws: bool = False):
+def _descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bn: int, bk: int,
+                 parts: tuple[int, ...]):
+    """(parts padded to three with 0, A's three descriptors, B's, C's three)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    m, k = a.shape
-    n = b.shape[1]
     ps = tuple(parts) + (0,) * (3 - len(parts))
     a_d = [TensorDescriptor.from_tensor(a, [p or 16, bk]) for p in ps]
     c_d = [TensorDescriptor.from_tensor(out, [p or 16, bn]) for p in ps]
-    b_d = TensorDescriptor.from_tensor(b, [bk, bn])
+    return ps, a_d, TensorDescriptor.from_tensor(b, [bk, bn]), c_d
+
+
+def swapped(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bn: int, bk: int, stages: int,
+            warps: int, parts: tuple[int, ...], ws: bool = False):
+    k, n = b.shape
+    ps, a_d, b_d, c_d = _descriptors(a, b, out, bn, bk, parts)
     grid = (triton.cdiv(n, bn),)
 
     def call():
@@ -172,14 +177,8 @@ def swapped(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bn: int, bk: in
 
 def swapped_sk(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, bn: int, bk: int,
                stages: int, warps: int, parts: tuple[int, ...], programs: int):
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    m, k = a.shape
-    n = b.shape[1]
-    ps = tuple(parts) + (0,) * (3 - len(parts))
-    a_d = [TensorDescriptor.from_tensor(a, [p or 16, bk]) for p in ps]
-    c_d = [TensorDescriptor.from_tensor(out, [p or 16, bn]) for p in ps]
-    b_d = TensorDescriptor.from_tensor(b, [bk, bn])
+    k, n = b.shape
+    ps, a_d, b_d, c_d = _descriptors(a, b, out, bn, bk, parts)
     per_tile = triton.cdiv(k, bk)
     total = triton.cdiv(n, bn) * per_tile
     g = min(programs, total)
