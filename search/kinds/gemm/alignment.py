@@ -40,7 +40,7 @@ from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 
 __all__ = ["ALIGN_BYTES", "B_LAYOUTS", "MAX_SCRATCH_SHARE", "VIEW_LD", "RepairPlan",
            "b_layouts", "describe_unaligned", "repair_fits", "split_applies", "tma_loads",
-           "unaligned"]
+           "tma_loads_rule", "unaligned"]
 
 #: What TMA and vector loads need of a row (and of its start).
 ALIGN_BYTES = 16
@@ -80,6 +80,12 @@ def unaligned(problem: GemmProblem) -> tuple[str, ...]:
 def tma_loads(problem: GemmProblem) -> bool:
     """Whether TMA can load both operands: bf16/fp16, with A's and B's rows aligned."""
     return problem.dtype in ("bf16", "fp16") and not {"A", "B"} & set(unaligned(problem))
+
+
+def tma_loads_rule(problem: GemmProblem) -> str:
+    """What ``tma_loads`` asks, and what ``problem`` has, for a violation's message."""
+    return (f"bf16 or fp16 operands with {ALIGN_BYTES}-byte aligned rows (this problem: "
+            f"{problem.dtype}, unaligned {list(unaligned(problem)) or 'none'})")
 
 
 def describe_unaligned(problem: GemmProblem) -> str:

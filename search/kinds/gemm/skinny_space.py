@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from search.kinds.gemm.alignment import tma_loads, unaligned
+from search.kinds.gemm.alignment import tma_loads, tma_loads_rule
 from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 from search.limits import DeviceLimits
 from search.optimizer import Choice
@@ -149,9 +149,7 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
                    f"device limit {limits.smem_per_block} B")
     if int(config.get("SWAP", 0)):
         if not int(config.get("TMA", 1)) or not swappable(problem):
-            out.append("SWAP=1 needs TMA loads (TMA=1, bf16/fp16 operands with aligned rows; "
-                       f"this problem: {problem.dtype}, unaligned "
-                       f"{list(unaligned(problem)) or 'none'})")
+            out.append(f"SWAP=1 needs TMA loads: TMA=1 and {tma_loads_rule(problem)}")
         if bn < 64 or config["num_warps"] < 4:
             out.append(f"SWAP=1 puts BLOCK_N on wgmma's M of 64 rows per warp group: it needs "
                        f"BLOCK_N >= 64 and num_warps >= 4, got {bn} and "

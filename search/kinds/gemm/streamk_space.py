@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from search.kinds.gemm.alignment import tma_loads, unaligned
+from search.kinds.gemm.alignment import tma_loads, tma_loads_rule
 from search.kinds.gemm.spec import DTYPE_BYTES, GemmProblem
 from search.limits import DeviceLimits
 from search.optimizer import Choice
@@ -130,9 +130,7 @@ def violations(problem: GemmProblem, config: dict[str, Any], limits: DeviceLimit
         if (stack - 1) * bm >= problem.m:
             out.append(f"STACK={stack} of BLOCK_M={bm} puts a whole m-tile past m={problem.m}")
         if not stackable(problem):
-            out.append(f"STACK={stack} needs TMA loads: bf16 or fp16 operands with 16-byte "
-                       f"aligned rows (this problem: {problem.dtype}, unaligned "
-                       f"{list(unaligned(problem)) or 'none'})")
+            out.append(f"STACK={stack} needs TMA loads: {tma_loads_rule(problem)}")
     smem = config["num_stages"] * (tall + bn) * bk * DTYPE_BYTES[problem.dtype]
     if smem > limits.smem_per_block:
         out.append(f"shared memory {smem} B for {config['num_stages']} stages is over the "
