@@ -326,6 +326,8 @@ def matmul_skinny(a: torch.Tensor, b: torch.Tensor, config: dict[str, Any],
     ``Unsupported``: ``MODE="barrier"`` or ``"tagged"`` on a GPU with a grid larger than its SM
     count (their programs wait for each other, so all must be resident at once). In the CPU
     interpreter both run as ``"two_launch"`` (same arithmetic), unless ``INTERPRETER_BARRIER``.
+    ``Unsupported`` too for ``SWAP=1`` where the TMA kernel does not apply (fp32, rows TMA
+    cannot describe, ``MODE="atomic"``, before sm_90, the interpreter).
     """
     cfg = check_skinny_config(config)
     if a.dim() != 2 or b.dim() != 2:
